@@ -1,0 +1,5 @@
+import sys
+
+from capstone.cli import main
+
+sys.exit(main())

@@ -1,0 +1,160 @@
+"""Command line: `python -m capstone` runs the demo; `python -m capstone --out DIR ...` is
+one training run under run contract v1 (see docs/contract.md)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from capstone.checkpoint import CheckpointError, load_checkpoint
+from capstone.config import GPTConfig, TrainConfig
+from capstone.guard import DivergenceError, parse_fault
+from capstone.launch import LaunchError, run_ranks, under_torchrun
+from capstone.model import MiniGPT, count_params
+from capstone.trainer import train
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+
+class UsageError(Exception):
+    """A flag or value the run cannot accept; exits 2 with one line on stderr."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, as the contract asks
+        raise UsageError(f"{message} (see --help)")
+
+
+def _positive_int(name: str, minimum: int) -> functools.partial[int]:
+    return functools.partial(_int_at_least, name=name, minimum=minimum)
+
+
+def _int_at_least(text: str, name: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name} takes a whole number, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _fault(text: str) -> object:
+    try:
+        return parse_fault(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m capstone",
+                description="MiniGPT trained by N gloo ranks with ZeRO-1 and sharded "
+                            "checkpoints (run contract v1). Without flags: the demo.")
+    p.add_argument("--out", type=Path, required=True, help="run directory (created if missing)")
+    p.add_argument("--world-size", type=_positive_int("--world-size", 1), default=None,
+                   help="data-parallel ranks (default 4; under torchrun: its WORLD_SIZE)")
+    p.add_argument("--steps", type=_positive_int("--steps", 1), default=20)
+    p.add_argument("--seed", type=_positive_int("--seed", 0), default=0)
+    p.add_argument("--batch-size", type=_positive_int("--batch-size", 1), default=4,
+                   help="sequences per rank per step")
+    p.add_argument("--checkpoint-every", type=_positive_int("--checkpoint-every", 0), default=10,
+                   help="checkpoint after every step divisible by this (0: never)")
+    p.add_argument("--checkpoint-every-seconds", type=_positive_float, default=None,
+                   help="also checkpoint when this much wall-clock time has passed")
+    p.add_argument("--resume", type=Path, default=None, help="checkpoint directory to resume")
+    p.add_argument("--inject", type=_fault, default=None, help="one-shot fault KIND@STEP")
+    p.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate")
+    p.add_argument("--pg-timeout", type=_positive_float, default=30.0,
+                   help="seconds before a collective that cannot complete fails (default 30)")
+    return p
+
+
+def config_from_args(argv: Sequence[str]) -> TrainConfig:
+    """Parse and validate contract flags; UsageError says what to pass instead."""
+    a = build_parser().parse_args(list(argv))
+    world_size = a.world_size or 4
+    if under_torchrun():
+        env_size = int(os.environ["WORLD_SIZE"])
+        if a.world_size not in (None, env_size):
+            raise UsageError(f"--world-size {a.world_size} but torchrun started {env_size} ranks; "
+                             "drop --world-size or make them agree")
+        world_size = env_size
+    if a.checkpoint_every > a.steps:
+        raise UsageError(f"--checkpoint-every {a.checkpoint_every} is after the last step "
+                         f"(--steps {a.steps}): pass a value <= {a.steps}, or 0 for none")
+    if a.inject is not None and a.inject.step > a.steps:
+        raise UsageError(f"--inject {a.inject.kind}@{a.inject.step} would never fire: "
+                         f"pass a step <= --steps {a.steps}")
+    if not a.lr > 0:
+        raise UsageError(f"--lr must be positive, got {a.lr}")
+    return TrainConfig(out=a.out, world_size=world_size, steps=a.steps, seed=a.seed,
+                       batch_size=a.batch_size, checkpoint_every=a.checkpoint_every,
+                       checkpoint_every_seconds=a.checkpoint_every_seconds or 0.0,
+                       resume=a.resume, inject=a.inject, lr=a.lr, pg_timeout_s=a.pg_timeout)
+
+
+def preflight(cfg: TrainConfig) -> None:
+    """Refuse, before any file is written, what would fail or overwrite data later."""
+    if cfg.resume is not None:
+        loaded = load_checkpoint(cfg.resume)  # CheckpointError names the bad file
+        n_params = count_params(MiniGPT(cfg.model))
+        if loaded.n_params != n_params:
+            raise UsageError(f"{cfg.resume} holds {loaded.n_params} parameters but this model "
+                             f"({cfg.model}) has {n_params}: resume with the shape it was "
+                             "written with")
+        if loaded.step >= cfg.steps:
+            raise UsageError(f"{cfg.resume} is at step {loaded.step}, nothing is left to run "
+                             f"with --steps {cfg.steps}: pass --steps > {loaded.step}")
+        if loaded.world_size != cfg.world_size:
+            print(f"capstone: resharding step {loaded.step} from {loaded.world_size} to "
+                  f"{cfg.world_size} ranks", file=sys.stderr)
+    elif cfg.out.exists() and any(cfg.out.iterdir()) and not under_torchrun():
+        raise UsageError(f"--out {cfg.out} is not empty: pass a fresh directory "
+                         "(or --resume a checkpoint to continue a run)")
+
+
+def run(cfg: TrainConfig) -> None:
+    """One training run under the contract; raises on any failure."""
+    preflight(cfg)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    run_ranks(functools.partial(train, cfg), cfg.world_size, cfg.out, cfg.pg_timeout_s,
+              cfg.backend)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] == "demo":
+        from capstone.demo import main as demo_main
+        return demo_main(argv[1:])
+    try:
+        cfg = config_from_args(argv)
+        run(cfg)
+    except UsageError as e:
+        print(f"capstone: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (LaunchError, CheckpointError, DivergenceError) as e:
+        print(f"capstone: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    if not under_torchrun() or int(os.environ["RANK"]) == 0:
+        print(f"capstone: {cfg.world_size} ranks finished step {cfg.steps}; run directory "
+              f"{cfg.out}")
+    return 0
+
+
+__all__ = ["GPTConfig", "TrainConfig", "build_parser", "config_from_args", "main", "run"]

@@ -1,0 +1,60 @@
+"""Typed configuration for the model and the training run (run contract v1 flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Shape of MiniGPT. The defaults are the lesson's model; the contract fixes them."""
+
+    block_size: int = 16  # context length T
+    vocab_size: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 32
+
+    def __post_init__(self) -> None:
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(
+                f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
+            )
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A one-shot fault: `kind` fires the first time step `step` runs."""
+
+    kind: str  # nan | spike | crash | kill
+    step: int
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs; built by the CLI from the contract flags."""
+
+    out: Path
+    world_size: int = 4
+    steps: int = 20
+    seed: int = 0
+    batch_size: int = 4
+    checkpoint_every: int = 10
+    checkpoint_every_seconds: float = 0.0  # wall-clock cadence; 0 disables it
+    resume: Path | None = None
+    inject: Fault | None = None
+    lr: float = 1e-2
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    pg_timeout_s: float = 30.0  # a mismatched collective fails after this, not after 30 min
+    backend: str = "gloo"
+    max_rollbacks: int = 3  # consecutive rollbacks before the run gives up
+    spike_factor: float = 2.0  # loss > factor x previous loss counts as a spike
+    spike_lr_multiplier: float = 1000.0  # what `--inject spike@S` multiplies the lr by
+    model: GPTConfig = field(default_factory=GPTConfig)
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per stored sequence: the context plus the one-token-shifted target."""
+        return self.model.block_size + 1

@@ -1,0 +1,119 @@
+"""Divergence guard and fault injection.
+
+The guard looks at each step's loss and gradient norm *before* the update is applied:
+a non-finite value or a loss more than `spike_factor` x the previous step's is bad. The
+verdict is taken collectively, so every rank rolls back together or none does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+from dataclasses import dataclass, field
+
+from capstone.config import Fault
+from capstone.world import World
+
+FAULT_KINDS = ("nan", "spike", "crash", "kill")
+FAULTY_RANK = {"nan": 0, "crash": 1, "kill": 1}  # spike affects every rank's update
+_REASONS: tuple[str | None, ...] = (None, "spike", "nan")  # by severity
+_FAULT = re.compile(r"^(?P<kind>[a-z]+)@(?P<step>\d+)$")
+
+
+class DivergenceError(RuntimeError):
+    """The run cannot recover: too many rollbacks in a row, or nothing to roll back to."""
+
+
+class InjectedCrash(RuntimeError):
+    """Raised by `--inject crash@S` on rank 1."""
+
+
+def parse_fault(text: str) -> Fault:
+    """Parse `KIND@STEP` (e.g. `nan@12`); ValueError says what is accepted."""
+    m = _FAULT.match(text.strip())
+    if not m or m["kind"] not in FAULT_KINDS or int(m["step"]) < 1:
+        raise ValueError(f"--inject expects KIND@STEP with KIND one of {', '.join(FAULT_KINDS)} "
+                         f"and STEP >= 1 (e.g. nan@12), got {text!r}")
+    return Fault(kind=m["kind"], step=int(m["step"]))
+
+
+@dataclass
+class FaultInjector:
+    """Fires its fault once: the first time its step runs, never on a replay."""
+
+    fault: Fault | None
+    rank: int
+    fired: bool = False
+
+    def _due(self, step: int, kind: str) -> bool:
+        f = self.fault
+        return (f is not None and not self.fired and f.kind == kind and f.step == step)
+
+    def corrupt_gradients(self, step: int) -> bool:
+        """True when this rank's local gradients of `step` are to be made NaN."""
+        if self._due(step, "nan"):
+            self.fired = True
+            return self.rank == FAULTY_RANK["nan"]
+        return False
+
+    def lr_scale(self, step: int, multiplier: float) -> float:
+        if self._due(step, "spike"):
+            self.fired = True
+            return multiplier
+        return 1.0
+
+    def maybe_die(self, step: int) -> None:
+        """`crash@S`: rank 1 raises; `kill@S`: rank 1 is SIGKILLed (no clean-up at all)."""
+        for kind in ("crash", "kill"):
+            if self._due(step, kind):
+                self.fired = True
+                if self.rank != FAULTY_RANK[kind]:
+                    return
+                if kind == "crash":
+                    raise InjectedCrash(f"injected crash on rank {self.rank} at step {step}")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class DivergenceGuard:
+    """Bad-step detector with a consecutive-rollback budget."""
+
+    world: World
+    spike_factor: float = 2.0
+    max_rollbacks: int = 3
+    losses: dict[int, float] = field(default_factory=dict)
+    _in_a_row: int = 0
+    _failed_at: int = 0
+
+    def verdict(self, step: int, loss: float, grad_norm: float | None) -> str | None:
+        """'nan', 'spike' or None for `step`, decided alike on every rank."""
+        reason = None
+        if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
+            reason = "nan"
+        else:
+            prev = self.losses.get(step - 1)
+            if prev is not None and loss > self.spike_factor * prev:
+                reason = "spike"
+        # Inputs are all-reduced already, but the decision itself must never differ by rank.
+        return _REASONS[self.world.max(_REASONS.index(reason))]
+
+    def accept(self, step: int, loss: float) -> None:
+        """Record a healthy step; passing the step that failed ends a rollback streak."""
+        self.losses[step] = loss
+        if step >= self._failed_at:
+            self._in_a_row = 0
+
+    def rolled_back(self, step: int, to_step: int | None, reason: str) -> None:
+        """Count a rollback from `step`; raise DivergenceError when the budget is spent."""
+        if to_step is None:
+            raise DivergenceError(f"step {step}: {reason} detected and there is no checkpoint "
+                                  "to roll back to; checkpoint more often (--checkpoint-every)")
+        self._in_a_row += 1
+        self._failed_at = max(self._failed_at, step)
+        if self._in_a_row > self.max_rollbacks:
+            raise DivergenceError(f"step {step}: {reason} again after {self.max_rollbacks} "
+                                  "rollbacks in a row; giving up (lower the learning rate?)")
+        for s in [s for s in self.losses if s > to_step]:
+            del self.losses[s]

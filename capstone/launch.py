@@ -1,0 +1,151 @@
+"""Start the ranks and their rendezvous; report the first rank that fails.
+
+Two ways in:
+- the default launcher forks `world_size` ranks from this process (torch is imported once,
+  so start-up costs ~0.1 s instead of one torch import per rank) and joins them through a
+  `FileStore` in the run directory (no ports, so parallel test runs cannot collide);
+- under `torchrun` (RANK/WORLD_SIZE/MASTER_ADDR set) this process *is* one rank and joins
+  through `env://`, which is how the same code reaches several machines.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from capstone.world import World
+
+RankFn = Callable[[World], Any]
+
+_PR_SET_PDEATHSIG = 1
+
+
+class LaunchError(RuntimeError):
+    """A rank failed; the message names the rank and why."""
+
+
+def under_torchrun() -> bool:
+    """True when an external launcher (torchrun) already made this process one rank."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+
+
+def run_ranks(fn: RankFn, world_size: int, run_dir: Path, timeout_s: float,
+              backend: str = "gloo") -> list[Any]:
+    """Run `fn(world)` on every rank; return the ranks' results in rank order.
+
+    Raises LaunchError naming the first rank that failed; the other ranks are stopped at
+    once rather than left waiting on a collective that will never complete.
+    """
+    if under_torchrun():
+        return [_torchrun_rank(fn, timeout_s, backend)]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store_path = run_dir / f".rendezvous-{os.getpid()}"
+    store_path.unlink(missing_ok=True)
+    ctx = mp.get_context("fork")
+    procs: list[Any] = []
+    conns: dict[int, Connection] = {}
+    try:
+        for rank in range(world_size):
+            parent_end, child_end = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_rank_main, name=f"capstone-rank-{rank}",
+                            args=(fn, rank, world_size, store_path, timeout_s, backend,
+                                  child_end))
+            p.start()
+            child_end.close()
+            procs.append(p)
+            conns[rank] = parent_end
+        return _collect(procs, conns)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+            p.join()
+        store_path.unlink(missing_ok=True)
+
+
+def _collect(procs: list[Any], conns: dict[int, Connection]) -> list[Any]:
+    results: dict[int, Any] = {}
+    pending: dict[Any, int] = {p.sentinel: rank for rank, p in enumerate(procs)}
+    while pending:
+        for sentinel in wait(list(pending)):
+            rank = pending.pop(sentinel)
+            proc = procs[rank]
+            proc.join()
+            message = _receive(conns[rank])
+            if proc.exitcode == 0 and message is not None and message[0] == "ok":
+                results[rank] = message[1]
+                continue
+            raise LaunchError(_describe_failure(rank, proc.exitcode, message))
+    return [results[r] for r in range(len(procs))]
+
+
+def _receive(conn: Connection) -> tuple[str, Any] | None:
+    try:
+        if conn.poll():
+            return conn.recv()  # type: ignore[no-any-return,unused-ignore]
+    except (EOFError, OSError):
+        pass
+    return None
+
+
+def _describe_failure(rank: int, exitcode: int | None, message: tuple[str, Any] | None) -> str:
+    if message is not None and message[0] == "error":
+        return f"rank {rank} failed:\n{message[1].rstrip()}"
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        return f"rank {rank} was killed by {name} (exit code {exitcode})"
+    return f"rank {rank} exited with code {exitcode} without reporting a result"
+
+
+def _rank_main(fn: RankFn, rank: int, world_size: int, store_path: Path, timeout_s: float,
+               backend: str, conn: Connection) -> None:
+    _die_with_parent()
+    torch.set_num_threads(1)  # 4 ranks on 2 cores: more threads only fight each other
+    try:
+        store = dist.FileStore(str(store_path), world_size)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout_s))
+        try:
+            result = fn(World(rank=rank, size=world_size))
+        finally:
+            dist.destroy_process_group()
+        conn.send(("ok", result))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        conn.close()
+        sys.stderr.flush()
+        os._exit(1)
+    conn.close()
+
+
+def _torchrun_rank(fn: RankFn, timeout_s: float, backend: str) -> Any:
+    torch.set_num_threads(1)
+    dist.init_process_group(backend, init_method="env://",
+                            timeout=timedelta(seconds=timeout_s))
+    try:
+        return fn(World(rank=dist.get_rank(), size=dist.get_world_size()))
+    finally:
+        dist.destroy_process_group()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this rank if the launcher dies, so no rank outlives a killed run."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass

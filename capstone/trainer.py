@@ -1,0 +1,151 @@
+"""The training loop. It composes the parts through their narrow interfaces only: it never
+calls a collective on gradients or parameters and never sees the rendezvous.
+
+Checkpoints are committed one forward pass late: the state after step s is saved only once
+step s+1's loss and gradients have passed the divergence guard (and after the last step, a
+look-ahead forward pass plays that role). A bad update therefore never reaches a checkpoint,
+so a rollback always lands on healthy state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from capstone.checkpoint import CONTRACT_VERSION, CheckpointManager, load_checkpoint
+from capstone.config import TrainConfig
+from capstone.data import global_batch, rank_batch
+from capstone.guard import DivergenceGuard, FaultInjector
+from capstone.metrics import MetricsWriter
+from capstone.model import build_model, count_params
+from capstone.world import World
+from capstone.zero import ZeroOneAdam
+
+
+def init_seed(seed: int, rank: int) -> int:
+    """Each rank draws its own initial parameters, as independent processes would; only
+    rank 0's survive the broadcast, so a missing broadcast is visible, not masked."""
+    return seed * 65536 + rank
+
+
+@dataclass
+class RunResult:
+    """What a rank reports back to the launcher."""
+
+    rank: int
+    n_params: int
+    last_step: int
+    rollbacks: int
+    checkpoints: list[int]
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, world: World) -> None:
+        self.cfg = cfg
+        self.world = world
+        self.model = build_model(cfg.model, init_seed(cfg.seed, world.rank))
+        self.n_params = count_params(self.model)
+        batch = global_batch(cfg.seed, world.size * cfg.batch_size, cfg.seq_len,
+                             cfg.model.vocab_size)
+        self.x, self.y = rank_batch(batch, world.rank, cfg.batch_size)
+        self.zero = ZeroOneAdam(list(self.model.parameters()), world, cfg.lr, cfg.betas, cfg.eps)
+        self.ckpt = CheckpointManager(cfg.out / "checkpoints", world, self.n_params,
+                                      cfg.checkpoint_every, cfg.checkpoint_every_seconds,
+                                      fallback=cfg.resume)
+        self.guard = DivergenceGuard(world, cfg.spike_factor, cfg.max_rollbacks)
+        self.faults = FaultInjector(cfg.inject, world.rank)
+        self.metrics = MetricsWriter(cfg.out, world.rank, world.size)
+        self.rollbacks = 0
+        self.saved: list[int] = []
+
+    def run(self) -> RunResult:
+        """Train up to `cfg.steps`; return once every rank has finished the last step."""
+        try:
+            step = self._start() + 1
+            pending: int | None = None  # a checkpoint waiting for the next healthy forward
+            while True:
+                if step > self.cfg.steps:
+                    reason = self.guard.verdict(step, self._forward(backward=False), None)
+                    if reason is None:
+                        break
+                    step, pending = self._rollback(step, reason), None
+                    continue
+                t0 = time.perf_counter()
+                self.faults.maybe_die(step)
+                loss = self._forward(backward=True)
+                if self.faults.corrupt_gradients(step):
+                    for p in self.model.parameters():
+                        p.grad.fill_(float("nan"))  # type: ignore[union-attr]
+                grad_norm = self.zero.reduce_gradients()
+                reason = self.guard.verdict(step, loss, grad_norm)
+                if reason is not None:
+                    step, pending = self._rollback(step, reason), None
+                    continue
+                if pending is not None:
+                    self._save(pending)
+                    pending = None
+                self.zero.step(self.faults.lr_scale(step, self.cfg.spike_lr_multiplier))
+                self.guard.accept(step, loss)
+                self.metrics.step(step, self.zero.param_norm(), self.zero.optimizer_bytes(),
+                                  loss=loss, grad_norm=grad_norm,
+                                  step_time_s=time.perf_counter() - t0)
+                if self.ckpt.due(step):
+                    pending = step
+                step += 1
+            if pending is not None:
+                self._save(pending)
+            if self.world.rank == 0:
+                self._write_summary()
+        finally:
+            self.metrics.close()
+        return RunResult(self.world.rank, self.n_params, self.cfg.steps, self.rollbacks,
+                         self.saved)
+
+    def _start(self) -> int:
+        """Broadcast fresh parameters (step 0) or load the resume checkpoint; return its step."""
+        if self.cfg.resume is not None:
+            loaded = load_checkpoint(self.cfg.resume)
+            self.zero.load_full_state(loaded.full, loaded.optimizer_steps)
+            return loaded.step
+        self.zero.broadcast_parameters()
+        self.metrics.step(0, self.zero.param_norm(), self.zero.optimizer_bytes())
+        return 0
+
+    def _forward(self, backward: bool) -> float:
+        """Global mean loss of the rank-local batch; with `backward`, local grads too."""
+        self.model.zero_grad(set_to_none=True)
+        with torch.set_grad_enabled(backward):
+            _, loss = self.model(self.x, self.y)
+            assert loss is not None
+            if backward:
+                loss.backward()
+        return self.world.mean(loss)
+
+    def _save(self, step: int) -> None:
+        self.ckpt.save(step, self.zero.shard_state())
+        self.saved.append(step)
+
+    def _rollback(self, step: int, reason: str) -> int:
+        """Restore the latest complete checkpoint; return the step to run next."""
+        path = self.ckpt.latest()
+        loaded = load_checkpoint(path) if path is not None else None
+        self.guard.rolled_back(step, loaded.step if loaded else None, reason)
+        assert loaded is not None
+        self.zero.load_full_state(loaded.full, loaded.optimizer_steps)
+        self.metrics.rollback(step, loaded.step, reason)
+        self.rollbacks += 1
+        return loaded.step + 1
+
+    def _write_summary(self) -> None:
+        summary: dict[str, Any] = {"contract": CONTRACT_VERSION, "n_params": self.n_params,
+                                   "world_size": self.world.size, "steps": self.cfg.steps}
+        (self.cfg.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def train(cfg: TrainConfig, world: World) -> RunResult:
+    """Entry point for one rank."""
+    return Trainer(cfg, world).run()

@@ -1,0 +1,217 @@
+"""ZeRO-1: one flat parameter vector, Adam state sharded across ranks.
+
+Rank r owns the contiguous slice [r*S, (r+1)*S) of the vector padded to N*S, S = ceil(P/N),
+and holds for it an fp32 master copy and Adam's two moments: 3 * 4 * S = 12*ceil(P/N) bytes.
+One step: reduce-scatter the gradients (each owner receives the average of its slice),
+Adam (torch's own update routine) on the slice, all-gather the updated slices into every
+rank's model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.optim.adam import adam
+
+from capstone.world import World
+
+BYTES_PER_FP32 = 4
+STATE_TENSORS = ("master", "exp_avg", "exp_avg_sq")
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """Which elements of the flat (padded) parameter vector each rank owns."""
+
+    n_params: int
+    world_size: int
+
+    def __post_init__(self) -> None:
+        if self.n_params < 1 or self.world_size < 1:
+            raise ValueError(f"need n_params >= 1 and world_size >= 1, got {self}")
+
+    @property
+    def shard_size(self) -> int:
+        return math.ceil(self.n_params / self.world_size)
+
+    @property
+    def padded_size(self) -> int:
+        return self.shard_size * self.world_size
+
+    @property
+    def padding(self) -> int:
+        return self.padded_size - self.n_params
+
+    def bounds(self, rank: int) -> tuple[int, int]:
+        """[start, stop) of rank's slice in the padded vector."""
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank {rank} outside 0..{self.world_size - 1}")
+        return rank * self.shard_size, (rank + 1) * self.shard_size
+
+    @property
+    def optimizer_bytes_per_rank(self) -> int:
+        """12 * ceil(P/N): master, exp_avg and exp_avg_sq of one shard, fp32."""
+        return len(STATE_TENSORS) * BYTES_PER_FP32 * self.shard_size
+
+
+class ShardedAdam:
+    """Adam over one shard: the owner's fp32 master copy and its two moments.
+
+    The update is `torch.optim.adam.adam`, the very routine `torch.optim.Adam.step` runs,
+    called on explicit state: constructing the `torch.optim.Adam` class imports TorchDynamo
+    (about 4 s in each of 4 ranks sharing 2 cores), for no difference in the arithmetic;
+    tests/test_zero.py checks the two bit for bit.
+    """
+
+    def __init__(self, master: torch.Tensor, lr: float, betas: tuple[float, float],
+                 eps: float) -> None:
+        self.master = master.detach().to(torch.float32).clone()
+        self.lr = lr
+        self.betas = betas
+        self.eps = eps
+        # Created now, not lazily at the first step: memory is 12P/N from step 0 on.
+        self.exp_avg = torch.zeros_like(self.master)
+        self.exp_avg_sq = torch.zeros_like(self.master)
+        self.step_count = torch.tensor(0.0)  # Adam's own float step counter
+
+    def update(self, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
+        """One Adam step of the shard with `grad` (already averaged over ranks)."""
+        adam(
+            [self.master], [grad], [self.exp_avg], [self.exp_avg_sq], [], [self.step_count],
+            foreach=False, capturable=False, differentiable=False, fused=None, grad_scale=None,
+            found_inf=None, has_complex=False, decoupled_weight_decay=False, amsgrad=False,
+            beta1=self.betas[0], beta2=self.betas[1], lr=self.lr * lr_scale, weight_decay=0.0,
+            eps=self.eps, maximize=False,
+        )
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"master": self.master, "exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq}
+
+    def nbytes(self) -> int:
+        """Bytes held by the master copy and the moments, read from the tensors themselves."""
+        return sum(t.numel() * t.element_size() for t in self.tensors().values())
+
+    @property
+    def steps_taken(self) -> int:
+        return int(self.step_count.item())
+
+    def load(self, master: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+             step: int) -> None:
+        for name, src in zip(STATE_TENSORS, (master, exp_avg, exp_avg_sq), strict=True):
+            dst = self.tensors()[name]
+            if src.shape != dst.shape:
+                raise ValueError(f"{name}: expected shape {tuple(dst.shape)}, "
+                                 f"got {tuple(src.shape)}")
+            dst.copy_(src)
+        self.step_count.fill_(float(step))
+
+
+class ZeroOneAdam:
+    """ZeRO-1 over the default process group, for the parameters of one model replica."""
+
+    def __init__(self, params: Sequence[nn.Parameter], world: World, lr: float,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        self.params = list(params)
+        self.world = world
+        self.layout = ShardLayout(sum(p.numel() for p in self.params), world.size)
+        self._flat = torch.zeros(self.layout.padded_size)  # full vector, padding stays 0
+        self._grad_shard = torch.zeros(self.layout.shard_size)
+        self._flatten_params()
+        self.shard = ShardedAdam(self._own(self._flat), lr, betas, eps)
+
+    # -- parameters <-> flat vector ---------------------------------------------------------
+    def _own(self, flat: torch.Tensor) -> torch.Tensor:
+        start, stop = self.layout.bounds(self.world.rank)
+        return flat[start:stop]
+
+    def _flatten_params(self) -> None:
+        offset = 0
+        for p in self.params:
+            self._flat[offset:offset + p.numel()].copy_(p.detach().reshape(-1))
+            offset += p.numel()
+
+    def _unflatten_params(self) -> None:
+        offset = 0
+        with torch.no_grad():
+            for p in self.params:
+                p.copy_(self._flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+
+    def _flat_grads(self) -> torch.Tensor:
+        flat = torch.zeros(self.layout.padded_size)
+        offset = 0
+        for p in self.params:
+            if p.grad is not None:
+                flat[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
+            offset += p.numel()
+        return flat
+
+    # -- the three collectives of ZeRO-1 ------------------------------------------------------
+    def broadcast_parameters(self) -> None:
+        """Make rank 0's initial parameters every rank's, and seed the masters from them."""
+        self._flatten_params()
+        if self.world.size > 1:
+            dist.broadcast(self._flat, src=0)
+        self._unflatten_params()
+        self.shard.master.copy_(self._own(self._flat))
+
+    def reduce_gradients(self) -> float:
+        """Reduce-scatter the local gradients (averaged); return the global gradient L2 norm."""
+        flat = self._flat_grads()
+        if self.world.size > 1:
+            dist.reduce_scatter_single(self._grad_shard, flat, op=dist.ReduceOp.SUM)
+            self._grad_shard /= self.world.size
+        else:
+            self._grad_shard.copy_(flat)
+        sq = self._grad_shard.to(torch.float64).square().sum().reshape(1)
+        if self.world.size > 1:
+            dist.all_reduce(sq, op=dist.ReduceOp.SUM)
+        return float(sq.sqrt().item())
+
+    def step(self, lr_scale: float = 1.0) -> None:
+        """Adam on this rank's shard, then all-gather so every rank holds the same parameters."""
+        self.shard.update(self._grad_shard, lr_scale)
+        self._gather()
+
+    def _gather(self) -> None:
+        if self.world.size > 1:
+            dist.all_gather_single(self._flat, self.shard.master)
+        else:
+            self._flat.copy_(self.shard.master)
+        self._unflatten_params()
+
+    # -- what the metrics and the checkpoint see -----------------------------------------------
+    def param_norm(self) -> float:
+        """L2 norm (accumulated in float64) of the full parameter vector this rank holds."""
+        return float(torch.cat([p.detach().reshape(-1) for p in self.params])
+                     .to(torch.float64).square().sum().sqrt().item())
+
+    def optimizer_bytes(self) -> int:
+        return self.shard.nbytes()
+
+    def shard_state(self) -> dict[str, torch.Tensor | int]:
+        """This rank's checkpoint shard: master, exp_avg, exp_avg_sq (1-D fp32) and step."""
+        state: dict[str, torch.Tensor | int] = {k: v.detach().clone()
+                                                for k, v in self.shard.tensors().items()}
+        state["step"] = self.shard.steps_taken
+        return state
+
+    def load_full_state(self, full: dict[str, torch.Tensor], step: int) -> None:
+        """Load this rank's slice of full (unpadded, P-element) state vectors; any old N works."""
+        padded = {}
+        for name in STATE_TENSORS:
+            vec = full[name]
+            if vec.numel() != self.layout.n_params:
+                raise ValueError(
+                    f"checkpoint holds {vec.numel()} parameters but this model has "
+                    f"{self.layout.n_params}: resume with the model shape it was written with")
+            buf = torch.zeros(self.layout.padded_size)
+            buf[:vec.numel()] = vec
+            padded[name] = self._own(buf)
+        self.shard.load(padded["master"], padded["exp_avg"], padded["exp_avg_sq"], step)
+        self._gather()
