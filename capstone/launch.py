@@ -102,7 +102,7 @@ def _receive(conn: Connection) -> tuple[str, Any] | None:
 
 def _describe_failure(rank: int, exitcode: int | None, message: tuple[str, Any] | None) -> str:
     if message is not None and message[0] == "error":
-        return f"rank {rank} failed:\n{message[1].rstrip()}"
+        return f"rank {rank} failed: {message[1].rstrip()}"
     if exitcode is not None and exitcode < 0:
         name = signal.Signals(-exitcode).name
         return f"rank {rank} was killed by {name} (exit code {exitcode})"
@@ -123,7 +123,8 @@ def _rank_main(fn: RankFn, rank: int, world_size: int, store_path: Path, timeout
             dist.destroy_process_group()
         conn.send(("ok", result))
     except BaseException:
-        conn.send(("error", traceback.format_exc()))
+        exc = sys.exc_info()[1]
+        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
         conn.close()
         sys.stderr.flush()
         os._exit(1)
