@@ -1,0 +1,84 @@
+"""Suite configuration: which implementation to check, how long a run may take, where the
+grade file goes; the shared run cache; the reporting plugin (tests/harness/plugin.py)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.harness.checks import Run
+from tests.harness.plugin import SuiteReport
+from tests.harness.runs import RunCache, RunSpec
+from tests.harness.violations import Violation, summarize
+
+ROOT = Path(__file__).resolve().parent
+REFERENCE_IMPL = (sys.executable, "-m", "capstone")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("capstone", "run contract v1 suite")
+    g.addoption("--impl", default=os.environ.get("CAPSTONE_IMPL"),
+                help="command of the implementation to check, shell-split "
+                     "(default: $CAPSTONE_IMPL, else the reference `python -m capstone`)")
+    g.addoption("--run-timeout", type=float, default=60.0,
+                help="seconds one run may take before it is killed (default 60)")
+    g.addoption("--run-mem-mb", type=int, default=8192,
+                help="address-space limit per process of a run, MiB (0: none; default 8192)")
+    g.addoption("--run-file-mb", type=int, default=512,
+                help="largest file a run may write, MiB (0: none; default 512)")
+    g.addoption("--grade-json", default=None, help="write a Gradescope results.json here")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(SuiteReport(config), "capstone-suite-report")
+
+
+@pytest.fixture(scope="session")
+def impl(pytestconfig: pytest.Config) -> tuple[str, ...]:
+    """The command under test, as argv."""
+    text = pytestconfig.getoption("impl")
+    return tuple(shlex.split(text)) if text else REFERENCE_IMPL
+
+
+@pytest.fixture(scope="session")
+def is_reference(impl: tuple[str, ...]) -> bool:
+    return impl == REFERENCE_IMPL
+
+
+@pytest.fixture(scope="session")
+def run_cache(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory,
+              impl: tuple[str, ...]) -> RunCache:
+    """Runs shared by every xdist worker of this session (never across sessions)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    cwd = ROOT if impl == REFERENCE_IMPL else pytestconfig.invocation_params.dir
+    mem = pytestconfig.getoption("run_mem_mb")
+    fsize = pytestconfig.getoption("run_file_mb")
+    return RunCache(base / "capstone-runs", pytestconfig.getoption("run_timeout"), cwd,
+                    mem * 2**20 if mem else None, fsize * 2**20 if fsize else None)
+
+
+@pytest.fixture(scope="session")
+def run(run_cache: RunCache, impl: tuple[str, ...]) -> Callable[[RunSpec], Run]:
+    """`run(spec)`: the finished run of the implementation under test."""
+    return lambda spec: run_cache.get(impl, spec)
+
+
+@pytest.fixture
+def holds(record_property: Callable[[str, object], None]) -> Callable[[list[Violation], str], None]:
+    """`holds(violations, what)`: fail with the located violations, and record the first
+    one for the session's invariant table and the grade file."""
+    def check(violations: list[Violation], what: str) -> None:
+        if violations:
+            first = violations[0]
+            record_property("first_violation", str(first))
+            record_property("reason", f"{what}: {first}")
+            pytest.fail(f"{what}: {len(violations)} violation(s)\n{summarize(violations)}",
+                        pytrace=False)
+    return check

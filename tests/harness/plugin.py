@@ -1,0 +1,124 @@
+"""Session reporting: the per-invariant PASS/FAIL table, the mutant matrix, the grade file
+and the check that no process of any run outlived the suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.grading import graded_name, one_line, write_results
+from tests.harness.runner import TOKEN_VAR
+
+INVARIANT_PREFIX = "test_invariant_"
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+
+class SuiteReport:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.started = time.monotonic()
+        self.collected: dict[str, str] = {}  # graded nodeid -> weight key
+        self.outcomes: dict[str, dict[str, Any]] = {}
+        self.invariants: dict[str, list[tuple[str, str]]] = {}  # name -> [(status, where)]
+        self.matrix: list[dict[str, Any]] = []
+        self.left_behind: list[int] = []
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            name = graded_name(item.nodeid)
+            if name:
+                self.collected[item.nodeid] = name
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        failed = report.failed or (report.when == "call" and report.outcome != "passed")
+        if report.when != "call" and not failed:
+            return
+        props = dict(report.user_properties)
+        status = "passed" if report.passed else ("skipped" if report.skipped else "failed")
+        reason = props.get("reason") or (one_line(report.longreprtext) if failed else "")
+        if report.skipped and isinstance(report.longrepr, tuple):
+            reason = str(report.longrepr[2])
+        prev = self.outcomes.get(report.nodeid)
+        if prev is None or prev["status"] == "passed":  # a failing teardown still fails it
+            self.outcomes[report.nodeid] = {"status": status, "output": reason}
+        module = _module(report.nodeid)
+        if module.startswith(INVARIANT_PREFIX) and report.when == "call":
+            self.invariants.setdefault(module.removeprefix(INVARIANT_PREFIX), []).append(
+                (status, props.get("first_violation", reason)))
+        if "matrix_row" in props:
+            self.matrix.append(json.loads(props["matrix_row"]))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(self.config, "workerinput"):
+            return
+        self.left_behind = _kill_leftovers()
+        if self.left_behind and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        path = self.config.getoption("grade_json")
+        if path:
+            write_results(Path(path), self.collected, self.outcomes,
+                          time.monotonic() - self.started)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if hasattr(self.config, "workerinput"):
+            return
+        tr = terminalreporter
+        if self.invariants:
+            tr.section("invariants")
+            for name, results in sorted(self.invariants.items()):
+                bad = [where for status, where in results if status == "failed"]
+                skipped = all(status == "skipped" for status, _ in results)
+                verdict = "SKIP" if skipped else ("FAIL" if bad else "PASS")
+                tr.write_line(f"{name:<24} {verdict}" + (f"  first: {bad[0]}" if bad else ""))
+        if self.matrix:
+            tr.section("mutant x invariant (violations found; '.' not evaluated)")
+            cols = sorted({c for row in self.matrix for c in row["cells"]})
+            tr.write_line(f"{'mutant':<24}" + "".join(f"{c[:14]:>16}" for c in cols))
+            for row in sorted(self.matrix, key=lambda r: r["mutant"]):
+                cells = []
+                for c in cols:
+                    v = row["cells"].get(c)
+                    mark = "." if v is None else str(v)
+                    if c in row["targets"]:
+                        mark += "*"
+                    cells.append(f"{mark:>16}")
+                tr.write_line(f"{row['mutant']:<24}" + "".join(cells))
+            tr.write_line("(* = the invariant the mutant is meant to break)")
+        tr.write_line(f"processes left behind by runs: {len(self.left_behind)}")
+        path = self.config.getoption("grade_json")
+        if path:
+            tr.write_line(f"grade file written: {path}")
+
+
+def _kill_leftovers() -> list[int]:
+    """Pids of any run's processes still alive at the end of the session (then killed)."""
+    found = []
+    needle = f"{TOKEN_VAR}=".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if not any(v.startswith(needle) for v in f.read().split(b"\0")):
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(entry))
+        try:
+            os.kill(int(entry), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return found

@@ -1,0 +1,87 @@
+"""Which runs the suite asks for, and a cache that computes each distinct run once per
+session, shared by every pytest-xdist worker through a file lock."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from tests.harness.checks import Run
+from tests.harness.parse import parse_run
+from tests.harness.runner import Outcome, run_command
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """The contract flags of one run (and, for a resume, the run and step it resumes)."""
+
+    name: str
+    world_size: int = 4
+    batch_size: int = 4
+    steps: int = 20
+    checkpoint_every: int = 10
+    seed: int = 0
+    inject: str | None = None
+    resume_from: tuple[RunSpec, int] | None = None
+
+    def flags(self, resume_dir: Path | None) -> list[str]:
+        f = ["--world-size", str(self.world_size), "--steps", str(self.steps),
+             "--seed", str(self.seed), "--batch-size", str(self.batch_size),
+             "--checkpoint-every", str(self.checkpoint_every)]
+        if self.inject:
+            f += ["--inject", self.inject]
+        if resume_dir is not None:
+            f += ["--resume", str(resume_dir)]
+        return f
+
+    def key(self, impl: tuple[str, ...]) -> str:
+        blob = json.dumps([list(impl), asdict(self)], sort_keys=True, default=str)
+        return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+# The runs the invariants read. Global batch N*B = 16 rows wherever parity is compared.
+BASE = RunSpec("base")
+SINGLE = RunSpec("single", world_size=1, batch_size=16)
+N2 = RunSpec("n2", world_size=2, batch_size=8, steps=3, checkpoint_every=3)
+N3 = RunSpec("n3", world_size=3, batch_size=4, steps=3, checkpoint_every=3)
+RESUMED = RunSpec("resumed", resume_from=(BASE, 10))
+
+
+def faulted(kind: str, step: int) -> RunSpec:
+    return RunSpec(f"{kind}{step}", inject=f"{kind}@{step}")
+
+
+class RunCache:
+    """`get(impl, spec)`: the finished run, computed by whichever worker asks first."""
+
+    def __init__(self, root: Path, timeout_s: float, cwd: Path, mem_bytes: int | None,
+                 file_bytes: int | None) -> None:
+        self.root = root
+        self.timeout_s = timeout_s
+        self.cwd = cwd
+        self.mem_bytes = mem_bytes
+        self.file_bytes = file_bytes
+        root.mkdir(parents=True, exist_ok=True)
+
+    def get(self, impl: tuple[str, ...], spec: RunSpec) -> Run:
+        d = self.root / spec.key(impl)
+        done = d / "outcome.json"
+        with FileLock(str(d) + ".lock"):
+            if not done.exists():
+                resume_dir = None
+                if spec.resume_from is not None:
+                    base_spec, step = spec.resume_from
+                    base = self.get(impl, base_spec)
+                    resume_dir = base.parsed.out / "checkpoints" / f"step-{step:06d}"
+                d.mkdir(parents=True, exist_ok=True)
+                outcome = run_command([*impl, "--out", str(d / "out"), *spec.flags(resume_dir)],
+                                      d / "out", self.timeout_s, self.cwd, self.mem_bytes,
+                                      self.file_bytes)
+                outcome.save(done)
+        outcome = Outcome.load(done)
+        return Run(spec.name, spec.steps, spec.world_size, outcome,
+                   parse_run(d / "out", spec.world_size))

@@ -1,0 +1,12 @@
+"""Invariant 5: the run terminates by itself: exit 0 within the bound, every rank logged
+the last step, and no process of it is left running."""
+
+import pytest
+
+from tests.harness.checks import check_clean_exit
+from tests.harness.runs import BASE, RESUMED, SINGLE
+
+
+@pytest.mark.parametrize("spec", [BASE, SINGLE, RESUMED], ids=lambda s: s.name)
+def test_run_ends_cleanly_within_the_bound(run, holds, spec):
+    holds(check_clean_exit(run(spec)), f"termination of the {spec.name} run")
