@@ -1,0 +1,38 @@
+"""Every check by name, as a function of a run getter: the mutant matrix's columns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.harness.checks import (
+    Run,
+    check_clean_exit,
+    check_equal_norms,
+    check_monotonic_loss,
+    check_parity,
+    check_resume,
+    check_rollback,
+    check_zero_memory,
+)
+from tests.harness.runs import BASE, RESUMED, SINGLE, RunSpec, faulted
+from tests.harness.violations import Violation
+
+Getter = Callable[[RunSpec], Run]
+ROLLBACK_PROBE = ("nan", 12)
+
+CHECKS: dict[str, Callable[[Getter], list[Violation]]] = {
+    "monotonic_loss": lambda run: check_monotonic_loss(run(BASE)),
+    "equal_rank_norms": lambda run: check_equal_norms(run(BASE)),
+    "zero1_memory": lambda run: check_zero_memory(run(BASE)),
+    "no_deadlock": lambda run: check_clean_exit(run(BASE)),
+    "byte_exact_resume": lambda run: check_resume(run(BASE), run(RESUMED), 10),
+    "single_process_parity": lambda run: check_parity(run(BASE), run(SINGLE)),
+    "rollback": lambda run: check_rollback(run(BASE), run(faulted(*ROLLBACK_PROBE)),
+                                           *ROLLBACK_PROBE),
+}
+# Checks that need only the base run: evaluated for every mutant, since they cost nothing.
+FROM_BASE_RUN = ("monotonic_loss", "equal_rank_norms", "zero1_memory", "no_deadlock")
+
+
+def evaluate(run: Getter, names: tuple[str, ...]) -> dict[str, list[Violation]]:
+    return {name: CHECKS[name](run) for name in names}

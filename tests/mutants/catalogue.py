@@ -1,0 +1,180 @@
+"""Wrong compositions of the reference, each a small patch applied in the child process.
+
+A mutant names the invariant(s) it must break; tests/test_fault_mutants.py asserts that
+exactly those checks report violations, and prints the mutant x invariant matrix. The
+package itself carries no mutant switches: everything here is monkeypatching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from capstone import data, guard, trainer, world, zero
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    targets: tuple[str, ...]  # the invariants that must catch it
+    patch: Callable[[], None]
+    extra_flags: tuple[str, ...] = ()  # appended to the contract flags
+
+
+class _DistProxy:
+    """`torch.distributed` as capstone.zero sees it, with some collectives replaced."""
+
+    def __init__(self, **overrides: Callable[..., Any]) -> None:
+        self._overrides = overrides
+
+    def __getattr__(self, name: str) -> Any:
+        return self._overrides.get(name) or getattr(dist, name)
+
+
+def _zero_dist(**overrides: Callable[..., Any]) -> None:
+    zero.dist = _DistProxy(**overrides)  # type: ignore[assignment]
+
+
+def no_broadcast() -> None:
+    _zero_dist(broadcast=lambda *a, **k: None)
+
+
+def no_allgather() -> None:
+    def own_slice_only(out: torch.Tensor, shard: torch.Tensor, *a: Any, **k: Any) -> None:
+        r = dist.get_rank()
+        out[r * shard.numel():(r + 1) * shard.numel()].copy_(shard)  # others stay stale
+    _zero_dist(all_gather_single=own_slice_only)
+
+
+def local_gradient() -> None:
+    def no_reduction(out: torch.Tensor, flat: torch.Tensor, *a: Any, **k: Any) -> None:
+        r, n = dist.get_rank(), dist.get_world_size()
+        out.copy_(flat[r * out.numel():(r + 1) * out.numel()] * n)  # zero divides by n
+    _zero_dist(reduce_scatter_single=no_reduction)
+
+
+def summed_gradients() -> None:
+    def summed(out: torch.Tensor, flat: torch.Tensor, *a: Any, **k: Any) -> None:
+        dist.reduce_scatter_single(out, flat, *a, **k)
+        out *= dist.get_world_size()  # undo the average zero takes next
+    _zero_dist(reduce_scatter_single=summed)
+
+
+def local_grad_norm() -> None:
+    _zero_dist(all_reduce=lambda *a, **k: None)  # zero's only all_reduce: the grad norm
+
+
+class _ReplicatedAdam(zero.ZeroOneAdam):
+    """Plain data parallel + Adam: every rank keeps all the optimizer state (12P bytes)."""
+
+    def __init__(self, params: Any, world: world.World, lr: float, betas: Any, eps: float):
+        super().__init__(params, world, lr, betas, eps)
+        self.layout = zero.ShardLayout(self.layout.n_params, 1)
+        self._flat = torch.zeros(self.layout.n_params)
+        self._grad_shard = torch.zeros(self.layout.n_params)
+        self._flatten_params()
+        self.shard = zero.ShardedAdam(self._flat, lr, betas, eps)
+
+    def _own(self, flat: torch.Tensor) -> torch.Tensor:
+        return flat
+
+    def reduce_gradients(self) -> float:
+        flat = self._flat_grads()
+        dist.all_reduce(flat)
+        self._grad_shard.copy_(flat / self.world.size)
+        return float(self._grad_shard.to(torch.float64).square().sum().sqrt())
+
+    def _gather(self) -> None:
+        self._flat.copy_(self.shard.master)
+        self._unflatten_params()
+
+
+def replicated_state() -> None:
+    trainer.ZeroOneAdam = _ReplicatedAdam  # type: ignore[misc]
+
+
+def _patch_shard_state(edit: Callable[[zero.ZeroOneAdam, dict[str, Any]], None]) -> None:
+    original = zero.ZeroOneAdam.shard_state
+
+    def shard_state(self: zero.ZeroOneAdam) -> dict[str, Any]:
+        state = original(self)
+        edit(self, state)
+        return state
+    zero.ZeroOneAdam.shard_state = shard_state  # type: ignore[method-assign]
+
+
+def checkpoint_without_moments() -> None:
+    def drop(self: zero.ZeroOneAdam, state: dict[str, Any]) -> None:
+        state["exp_avg"] = torch.zeros_like(state["exp_avg"])
+        state["exp_avg_sq"] = torch.zeros_like(state["exp_avg_sq"])
+    _patch_shard_state(drop)
+
+
+def step_count_not_restored() -> None:
+    original = zero.ShardedAdam.load
+
+    def load(self: zero.ShardedAdam, master: Any, exp_avg: Any, exp_avg_sq: Any,
+             step: int) -> None:
+        original(self, master, exp_avg, exp_avg_sq, 0)
+    zero.ShardedAdam.load = load  # type: ignore[method-assign]
+
+
+def stale_checkpoint() -> None:
+    """The checkpoint holds the master copy from before the step's update."""
+    original = zero.ShardedAdam.update
+
+    def update(self: zero.ShardedAdam, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
+        self._before = self.master.clone()  # type: ignore[attr-defined]
+        original(self, grad, lr_scale)
+    zero.ShardedAdam.update = update  # type: ignore[method-assign]
+
+    def stale(self: zero.ZeroOneAdam, state: dict[str, Any]) -> None:
+        state["master"] = self.shard._before.clone()  # type: ignore[attr-defined]
+    _patch_shard_state(stale)
+
+
+def same_rows() -> None:
+    trainer.rank_batch = lambda batch, rank, b: data.rank_batch(batch, 0, b)
+
+
+def no_guard() -> None:
+    guard.DivergenceGuard.verdict = lambda self, step, loss, g: None  # type: ignore[method-assign]
+
+
+def local_loss() -> None:
+    """Each rank logs its own batch's loss instead of the global mean."""
+    world.World.mean = lambda self, value: float(value.detach().item())  # type: ignore[method-assign]
+
+
+def extra_collective() -> None:
+    """Rank 1 issues a barrier the others never issue, at its 5th gradient reduction."""
+    calls = {"n": 0}
+
+    def reduce_scatter(out: torch.Tensor, flat: torch.Tensor, *a: Any, **k: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 5 and dist.get_rank() == 1:
+            dist.barrier()
+        dist.reduce_scatter_single(out, flat, *a, **k)
+    _zero_dist(reduce_scatter_single=reduce_scatter)
+
+
+MUTANTS: dict[str, Mutant] = {m.name: m for m in [
+    Mutant("no_broadcast", ("equal_rank_norms", "single_process_parity"), no_broadcast),
+    Mutant("no_allgather", ("equal_rank_norms",), no_allgather),
+    Mutant("local_gradient", ("single_process_parity",), local_gradient),
+    Mutant("summed_gradients", ("single_process_parity",), summed_gradients),
+    Mutant("replicated_state", ("zero1_memory",), replicated_state),
+    Mutant("checkpoint_without_moments", ("byte_exact_resume",), checkpoint_without_moments),
+    Mutant("step_count_not_restored", ("byte_exact_resume",), step_count_not_restored),
+    Mutant("same_rows", ("single_process_parity",), same_rows),
+    Mutant("no_guard", ("rollback",), no_guard),
+    Mutant("extra_collective", ("no_deadlock",), extra_collective, ("--pg-timeout", "5")),
+    # of our own design
+    Mutant("stale_checkpoint", ("zero1_memory", "byte_exact_resume"), stale_checkpoint),
+    Mutant("local_loss", ("monotonic_loss",), local_loss),
+    Mutant("local_grad_norm", ("single_process_parity",), local_grad_norm),
+]}

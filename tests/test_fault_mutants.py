@@ -1,0 +1,59 @@
+"""Wrong compositions of the reference must be caught, each by the invariant it breaks.
+
+Not selected by `-k invariant`. Every mutant runs as a real multi-rank run (see
+tests/mutants/catalogue.py); the unmutated reference must pass every check.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.matrix import CHECKS, FROM_BASE_RUN, evaluate
+from tests.harness.violations import summarize
+from tests.mutants.catalogue import MUTANTS
+
+LAUNCHER = Path(__file__).resolve().parent / "mutants" / "launch.py"
+pytestmark = pytest.mark.fault
+
+
+@pytest.fixture
+def reference_only(is_reference):
+    if not is_reference:
+        pytest.skip("mutants patch the reference package; not run against another --impl")
+
+
+def test_catalogue_has_the_required_mutants():
+    required = {"no_broadcast", "no_allgather", "local_gradient", "summed_gradients",
+                "replicated_state", "checkpoint_without_moments", "step_count_not_restored",
+                "same_rows", "no_guard", "extra_collective"}
+    assert required <= set(MUTANTS), f"missing: {required - set(MUTANTS)}"
+    assert len(MUTANTS) >= 12
+    for m in MUTANTS.values():
+        assert set(m.targets) <= set(CHECKS), f"{m.name} targets an unknown check"
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_mutant_is_caught_by_its_target(reference_only, run_cache, record_property, name):
+    mutant = MUTANTS[name]
+    impl = (sys.executable, str(LAUNCHER), name)
+    names = tuple(dict.fromkeys(FROM_BASE_RUN + mutant.targets))
+    found = evaluate(lambda spec: run_cache.get(impl, spec), names)
+    record_property("matrix_row", json.dumps({
+        "mutant": name, "targets": list(mutant.targets),
+        "cells": {k: len(v) for k, v in found.items()}}))
+    for target in mutant.targets:
+        assert found[target], f"mutant {name} was not caught by {target}"
+    record_property("reason", "; ".join(f"{t}: {found[t][0]}" for t in mutant.targets))
+
+
+def test_reference_passes_every_check(reference_only, run, record_property):
+    found = evaluate(run, tuple(CHECKS))
+    record_property("matrix_row", json.dumps({
+        "mutant": "(reference)", "targets": [],
+        "cells": {k: len(v) for k, v in found.items()}}))
+    broken = {k: v for k, v in found.items() if v}
+    assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
