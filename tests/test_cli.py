@@ -1,0 +1,57 @@
+"""Command-line contract of the reference: bad flags exit 2 with one line that says what to
+pass instead, and nothing is written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from capstone.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--steps", "-3"], "--steps must be >= 1"),
+    (["--world-size", "0"], "--world-size must be >= 1"),
+    (["--batch-size", "x"], "--batch-size takes a whole number"),
+    (["--inject", "garbage"], "--inject expects KIND@STEP"),
+    (["--inject", "nan@0"], "--inject expects KIND@STEP"),
+    (["--inject", "nan@30"], "would never fire"),
+    (["--checkpoint-every", "25"], "after the last step"),
+    (["--pg-timeout", "-1"], "positive number of seconds"),
+    (["--lr", "0"], "--lr must be positive"),
+    (["--frobnicate"], "unrecognized arguments"),
+    ([], "required: --out"),
+])
+def test_bad_flag_exits_2_with_one_line(tmp_path, capsys, flags, says):
+    out = tmp_path / "run"
+    argv = (["--out", str(out)] if flags else ["--seed", "1"]) + flags
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+    assert not out.exists(), "a refused run must not create its run directory"
+
+
+def test_non_empty_run_directory_is_refused(tmp_path, capsys):
+    (tmp_path / "precious.txt").write_text("keep me")
+    assert main(["--out", str(tmp_path)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_missing_resume_checkpoint_is_a_clear_error(tmp_path, capsys):
+    assert main(["--out", str(tmp_path / "r"), "--resume", str(tmp_path / "nope")]) == 1
+    assert "no such checkpoint directory" in capsys.readouterr().err
+
+
+def test_real_process_exit_code_and_help():
+    bad = subprocess.run([sys.executable, "-m", "capstone", "--out", "x", "--steps", "zero"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    ok = subprocess.run([sys.executable, "-m", "capstone", "--out", "x", "--help"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "--checkpoint-every" in ok.stdout
