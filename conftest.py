@@ -27,8 +27,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "(default: $CAPSTONE_IMPL, else the reference `python -m capstone`)")
     g.addoption("--run-timeout", type=float, default=60.0,
                 help="seconds one run may take before it is killed (default 60)")
-    g.addoption("--run-mem-mb", type=int, default=8192,
-                help="address-space limit per process of a run, MiB (0: none; default 8192)")
+    g.addoption("--run-mem-mb", type=int, default=4096,
+                help="address-space limit per process of a run, MiB (0: none; default 4096)")
     g.addoption("--run-file-mb", type=int, default=512,
                 help="largest file a run may write, MiB (0: none; default 512)")
     g.addoption("--grade-json", default=None, help="write a Gradescope results.json here")

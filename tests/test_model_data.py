@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -46,7 +48,7 @@ def test_corpus_is_deterministic_and_learnable():
     a, b = make_corpus(3, 500), make_corpus(3, 500)
     assert torch.equal(a, b) and not torch.equal(a, make_corpus(4, 500))
     assert int(a.min()) >= 0 and int(a.max()) < 64
-    successors = {(int(x), int(y)) for x, y in zip(a[:-1], a[1:], strict=True)}
+    successors = {(int(x), int(y)) for x, y in pairwise(a)}
     assert len(successors) <= 64 * 4  # each token has at most four successors
 
 

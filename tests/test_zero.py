@@ -4,6 +4,7 @@ and the real three-collective step over gloo."""
 from __future__ import annotations
 
 import functools
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def test_layout_owns_every_element_exactly_once(p, n):
     layout = ShardLayout(p, n)
     owned = [layout.bounds(r) for r in range(n)]
     assert owned[0][0] == 0 and owned[-1][1] == layout.padded_size
-    assert all(a[1] == b[0] for a, b in zip(owned, owned[1:]))  # contiguous, no overlap
+    assert all(a[1] == b[0] for a, b in pairwise(owned))  # contiguous, no overlap
     assert all(stop - start == layout.shard_size for start, stop in owned)
     assert 0 <= layout.padding < n and layout.padded_size >= p
     assert layout.optimizer_bytes_per_rank == 12 * -(-p // n)

@@ -111,7 +111,7 @@ def _load_shard(path: Path) -> tuple[dict[str, Any] | None, str | None]:
 
     try:
         obj = torch.load(path, weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure is a contract breach
+    except Exception as e:
         return None, f"not loadable with weights_only=True: {str(e).splitlines()[0][:120]}"
     if not isinstance(obj, dict):
         return None, f"holds a {type(obj).__name__}, not a dict"
@@ -298,13 +298,13 @@ def check_clean_exit(run: Run) -> list[Violation]:
     if o.survivors:
         out.append(Violation(inv, None, None, "no process left after exit",
                              f"{len(o.survivors)} left", "killed by the suite"))
-    return out
+    return out + _relabel(inv, run.parsed.problems)  # how it ended comes first
 
 
 def check_parity(base: Run, single: Run) -> list[Violation]:
     """N ranks x B rows and 1 rank x N*B rows agree at every step (the strongest check)."""
     inv = "single_process_parity"
-    out: list[Violation] = []
+    out: list[Violation] = _relabel(inv, base.parsed.problems + single.parsed.problems)
     ra, rb = base.parsed.records.get(0, {}), single.parsed.records.get(0, {})
     for s in range(1, base.steps + 1):
         a, b = ra.get(s), rb.get(s)
@@ -334,6 +334,7 @@ def check_rollback(clean: Run, faulted: Run, kind: str, step: int) -> list[Viola
         if not any(e.get("reason") == kind for e in events):
             out.append(Violation(inv, rank, step, f"a rollback event with reason {kind!r}",
                                  [e.get("reason") for e in events] or "none"))
-    out += _same_trajectory(inv, clean, faulted, range(1, clean.steps + 1), f"run with {kind}@{step}")
-    out += _same_final_shards(inv, clean, faulted, clean.steps, f"run with {kind}@{step}")
+    what = f"run with {kind}@{step}"
+    out += _same_trajectory(inv, clean, faulted, range(1, clean.steps + 1), what)
+    out += _same_final_shards(inv, clean, faulted, clean.steps, what)
     return out

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.harness.grading import graded_name, one_line, write_results
-from tests.harness.runner import TOKEN_VAR
+from tests.harness.runner import SESSION_VAR, kill_pids, processes_with_token, session_prefix
 
 INVARIANT_PREFIX = "test_invariant_"
 
@@ -25,6 +25,8 @@ def _module(nodeid: str) -> str:
 class SuiteReport:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        if not hasattr(config, "workerinput"):  # a controller: a fresh id, even when nested
+            os.environ[SESSION_VAR] = uuid.uuid4().hex[:12]
         self.started = time.monotonic()
         self.collected: dict[str, str] = {}  # graded nodeid -> weight key
         self.outcomes: dict[str, dict[str, Any]] = {}
@@ -101,24 +103,7 @@ class SuiteReport:
 
 
 def _kill_leftovers() -> list[int]:
-    """Pids of any run's processes still alive at the end of the session (then killed)."""
-    found = []
-    needle = f"{TOKEN_VAR}=".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if not any(v.startswith(needle) for v in f.read().split(b"\0")):
-                    continue
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                    continue
-        except OSError:
-            continue
-        found.append(int(entry))
-        try:
-            os.kill(int(entry), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    """Pids of this session's runs still alive at its end (then killed)."""
+    found = processes_with_token(session_prefix(), prefix=True)
+    kill_pids(found)
     return found

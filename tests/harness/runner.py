@@ -9,6 +9,7 @@ then anything that left the group (setsid, double fork) but kept the environment
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 TOKEN_VAR = "CAPSTONE_SUITE_RUN"
+SESSION_VAR = "CAPSTONE_SUITE_SESSION"  # set per pytest session, inherited by xdist workers
 TAIL_BYTES = 4096
 
 
@@ -37,6 +39,7 @@ class Outcome:
     stderr_tail: str = ""
     alive_at_bound: list[int] = field(default_factory=list)  # pids still running at the bound
     survivors: list[int] = field(default_factory=list)  # pids that needed a kill after exit
+    token: str = ""  # the environment marker every process of this run carried
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -48,7 +51,8 @@ class Outcome:
     def reason(self) -> str:
         """One line: how the run ended."""
         if self.timed_out:
-            return f"killed after the {self.wall_s:.0f}s bound ({len(self.alive_at_bound)} processes alive)"
+            return (f"killed after the {self.wall_s:.0f}s bound "
+                    f"({len(self.alive_at_bound)} processes alive)")
         if self.returncode != 0:
             last = [ln for ln in self.stderr_tail.splitlines() if ln.strip()]
             return f"exit code {self.returncode}: {last[-1][:200] if last else '(no stderr)'}"
@@ -62,8 +66,14 @@ def _tail(path: Path) -> str:
         return f.read().decode("utf-8", "replace")
 
 
-def processes_with_token(token: str) -> list[int]:
-    """Pids whose environment carries `token` (every descendant of a run, wherever it went)."""
+def session_prefix() -> str:
+    """Token prefix of this suite session: runs of other sessions are never touched."""
+    return os.environ.get(SESSION_VAR, "nosession") + "-"
+
+
+def processes_with_token(token: str, prefix: bool = False) -> list[int]:
+    """Pids whose environment carries `token` (every descendant of a run, wherever it went);
+    with `prefix`, every run whose token starts with it."""
     needle = f"{TOKEN_VAR}={token}".encode()
     pids = []
     for entry in os.listdir("/proc"):
@@ -76,26 +86,29 @@ def processes_with_token(token: str) -> list[int]:
                 state = f.read().rsplit(b")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != b"Z" and needle in env.split(b"\0"):
+        values = env.split(b"\0")
+        if state != b"Z" and (needle in values if not prefix else
+                               any(v.startswith(needle) for v in values)):
             pids.append(int(entry))
     return pids
 
 
-def _kill_all(pgid: int, token: str, grace_s: float = 0.0) -> None:
-    try:
+def kill_pids(pids: Sequence[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _kill_all(pgid: int, token: str) -> None:
+    """SIGKILL the run's process group, then whatever still carries its token."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    deadline = time.monotonic() + max(grace_s, 2.0)
+    deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
         pids = processes_with_token(token)
         if not pids:
             return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_pids(pids)
         time.sleep(0.05)
 
 
@@ -112,7 +125,7 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
                 mem_bytes: int | None = None, file_bytes: int | None = None) -> Outcome:
     """Run `argv` to completion or to the bound; never leaves a process of it behind."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    token = uuid.uuid4().hex
+    token = session_prefix() + uuid.uuid4().hex
     env = dict(os.environ, **{TOKEN_VAR: token, "OMP_NUM_THREADS": "1",
                               "PYTHONDONTWRITEBYTECODE": "1"})
     logs = out.parent / f"{out.name}.log"
@@ -125,7 +138,8 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
                                     cwd=cwd, env=env, start_new_session=True,
                                     preexec_fn=_limits(mem_bytes, file_bytes))
         except OSError as e:
-            return Outcome(list(argv), str(out), 127, False, 0.0, "", f"cannot start: {e}")
+            return Outcome(list(argv), str(out), 127, False, 0.0, "", f"cannot start: {e}",
+                           token=token)
         timed_out, alive = False, []
         try:
             proc.wait(timeout=timeout_s)
@@ -138,4 +152,4 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
         proc.wait()
     wall = time.monotonic() - t0
     return Outcome(list(argv), str(out), None if timed_out else proc.returncode, timed_out, wall,
-                   _tail(stdout_path), _tail(stderr_path), alive, survivors)
+                   _tail(stdout_path), _tail(stderr_path), alive, survivors, token)

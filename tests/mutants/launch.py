@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.mutants.catalogue import MUTANTS  # noqa: E402
+from tests.mutants.catalogue import MUTANTS
 
 
 def main() -> int:

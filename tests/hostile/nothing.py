@@ -1,0 +1,1 @@
+"""Exits 0 having done nothing at all."""

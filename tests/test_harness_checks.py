@@ -1,0 +1,117 @@
+"""Properties of the invariant functions and the parser, on synthetic runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from tests.harness.checks import (
+    LOSS_RISE_RTOL,
+    Run,
+    check_equal_norms,
+    check_monotonic_loss,
+    check_parity,
+)
+from tests.harness.parse import ParsedRun, parse_metrics
+from tests.harness.runner import Outcome
+
+
+def synthetic(losses: list[float], world_size: int = 2, norms: list[float] | None = None) -> Run:
+    steps = len(losses)
+    parsed = ParsedRun(out=Path("."), world_size=world_size)
+    for rank in range(world_size):
+        parsed.records[rank] = {0: {"step": 0, "rank": rank, "param_norm": 1.0}}
+        for s, loss in enumerate(losses, 1):
+            parsed.records[rank][s] = {"step": s, "rank": rank, "loss": loss, "grad_norm": 1.0,
+                                       "param_norm": norms[s - 1] if norms else 1.0,
+                                       "optimizer_bytes": 12}
+    return Run("synthetic", steps, world_size, Outcome([], ".", 0, False, 0.0), parsed)
+
+
+losses = st.floats(0.01, 10.0)
+factors = st.floats(0.5, 1.0)
+
+
+@given(start=losses, factors=st.lists(factors, min_size=1, max_size=25),
+       noise=st.lists(st.floats(0, 0.9), min_size=25, max_size=25))
+def test_monotonic_accepts_every_rise_within_the_tolerance(start, factors, noise):
+    seq = [start]
+    for f, n in zip(factors, noise, strict=False):
+        seq.append(seq[-1] * f if f < 1 else seq[-1] * (1 + n * LOSS_RISE_RTOL))
+    assert check_monotonic_loss(synthetic(seq)) == []
+
+
+@given(seq=st.lists(losses, min_size=2, max_size=25), at=st.integers(1, 24),
+       rise=st.floats(2.5, 1e6))
+def test_monotonic_rejects_every_real_rise(seq, at, rise):
+    assume(at < len(seq))
+    seq = sorted(seq, reverse=True)
+    seq[at] = seq[at - 1] * (1 + rise * LOSS_RISE_RTOL)
+    found = check_monotonic_loss(synthetic(seq))
+    assert any(v.rank == 0 and v.step == at + 1 for v in found), found
+
+
+@given(seq=st.lists(losses, min_size=1, max_size=10), bad=st.sampled_from([math.nan, math.inf]),
+       at=st.integers(0, 9))
+def test_monotonic_rejects_non_finite_losses(seq, bad, at):
+    assume(at < len(seq))
+    seq = sorted(seq, reverse=True)
+    seq[at] = bad
+    assert any(v.step == at + 1 for v in check_monotonic_loss(synthetic(seq)))
+
+
+@given(norm=st.floats(1, 100), at=st.integers(0, 5), ulp_steps=st.integers(1, 3))
+def test_equal_norms_is_exact(norm, at, ulp_steps):
+    run = synthetic([1.0, 0.9, 0.8, 0.7, 0.6], world_size=3)
+    other = norm
+    for _ in range(ulp_steps):
+        other = math.nextafter(other, math.inf)
+    for rank in range(3):
+        run.parsed.records[rank][at]["param_norm"] = norm
+    run.parsed.records[2][at]["param_norm"] = other
+    assert [(v.rank, v.step) for v in check_equal_norms(run)] == [(2, at)]
+
+
+@given(rel=st.floats(0, 0.9e-5))
+def test_parity_tolerates_float_noise_only(rel):
+    base, single = synthetic([3.0, 2.0]), synthetic([3.0 * (1 + rel), 2.0])
+    assert check_parity(base, single) == []
+    assert check_parity(base, synthetic([3.0 * (1 + 3e-5), 2.0]))
+
+
+record = st.fixed_dictionaries({
+    "step": st.integers(1, 20), "rank": st.just(0), "world_size": st.just(4),
+    "param_norm": st.floats(0, 10), "optimizer_bytes": st.integers(0, 10**6),
+    "loss": st.floats(0, 10), "grad_norm": st.floats(0, 10), "step_time_s": st.floats(0, 1)})
+
+
+@given(rec=record, cut=st.integers(1, 60))
+def test_parser_reports_a_truncated_line(tmp_path_factory, rec, cut):
+    line = json.dumps(rec)
+    assume(cut < len(line))
+    path = tmp_path_factory.mktemp("m") / "rank-0.jsonl"
+    path.write_text(json.dumps(rec) + "\n" + line[:cut] + "\n")
+    records, _, problems = parse_metrics(path, 0)
+    assert rec["step"] in records
+    assert len(problems) == 1 and "rank-0.jsonl:2" in problems[0].message
+
+
+@given(rec=record, key=st.sampled_from(sorted(record.wrapped_strategy.mapping)),  # type: ignore[attr-defined]
+       value=st.one_of(st.text(max_size=3), st.none(), st.lists(st.integers(), max_size=2)))
+def test_parser_reports_a_mistyped_value(tmp_path_factory, rec, key, value):
+    rec = dict(rec, **{key: value})
+    path = tmp_path_factory.mktemp("m") / "rank-0.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    records, _, problems = parse_metrics(path, 0)
+    assert records == {} and len(problems) == 1 and repr(key) in problems[0].message
+
+
+@given(blob=st.binary(max_size=200))
+def test_parser_never_raises_on_arbitrary_bytes(tmp_path_factory, blob):
+    path = tmp_path_factory.mktemp("m") / "rank-0.jsonl"
+    path.write_bytes(blob)
+    parse_metrics(path, 0)

@@ -1,0 +1,93 @@
+"""The suite against hostile or broken submissions: it finishes within the bound + 10 s,
+reports a clear failure, leaves no process behind and still writes the grade file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.checks import check_clean_exit, check_monotonic_loss, check_zero_memory
+from tests.harness.runner import processes_with_token
+from tests.harness.runs import BASE, RunCache
+
+HOSTILE = Path(__file__).resolve().parent / "hostile"
+ROOT = Path(__file__).resolve().parents[1]
+BOUND = 3.0
+SLACK = 10.0
+
+
+def impl(name: str) -> tuple[str, ...]:
+    return (sys.executable, str(HOSTILE / f"{name}.py"))
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return RunCache(tmp_path, BOUND, ROOT, mem_bytes=512 * 2**20, file_bytes=8 * 2**20)
+
+
+@pytest.mark.parametrize("name", ["hang", "escape", "sigterm", "chatty", "garbage", "nothing",
+                                  "memhog"])
+def test_hostile_submission_fails_cleanly(cache, name):
+    r = cache.get(impl(name), BASE)
+    assert r.outcome.wall_s <= BOUND + SLACK, f"{name}: the suite waited {r.outcome.wall_s:.1f}s"
+    assert processes_with_token(r.outcome.token) == [], f"{name}: a process survived"
+    violations = check_clean_exit(r) + check_monotonic_loss(r) + check_zero_memory(r)
+    assert violations, f"{name} passed the checks"
+    assert all(str(v) for v in violations)
+
+
+def test_hang_report_names_unfinished_ranks_and_their_last_step(cache):
+    r = cache.get(impl("hang"), BASE)
+    assert r.outcome.timed_out and len(r.outcome.alive_at_bound) == 4, r.outcome.reason()
+    first = str(check_clean_exit(r)[0])
+    for rank in range(4):
+        assert f"rank {rank} at step {rank if rank else 2}" in first, first
+
+
+def test_escaped_process_is_found_and_killed(cache):
+    r = cache.get(impl("escape"), BASE)
+    assert r.outcome.returncode == 0 and len(r.outcome.survivors) == 1
+    assert any("no process left" in str(v) for v in check_clean_exit(r))
+
+
+def test_output_flood_is_bounded(cache):
+    r = cache.get(impl("chatty"), BASE)
+    assert len(r.outcome.stdout_tail) <= 4096
+    log = Path(r.parsed.out.parent / "out.log" / "stdout")
+    assert log.stat().st_size <= 8 * 2**20  # RLIMIT_FSIZE stopped it
+
+
+def test_garbage_is_reported_not_crashed_on(cache):
+    r = cache.get(impl("garbage"), BASE)
+    messages = "\n".join(str(v) for v in check_monotonic_loss(r))
+    assert "invalid JSON" in messages and "rank-0.jsonl:22" in messages
+    assert "'step' is str" in messages
+    assert any("summary.json" in str(v) for v in r.parsed.problems)
+
+
+def _pytest(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+# ids must not carry the word the nested run selects on, or it would select this test too
+@pytest.mark.parametrize("name, select", [("garbage", "invariant"), ("hang", "no_deadlock")],
+                         ids=["garbage-all-checks", "hang-termination-check"])
+def test_grade_file_is_written_for_a_broken_submission(tmp_path, name, select):
+    grade = tmp_path / "results.json"
+    proc = _pytest("-k", select, "--impl", " ".join(impl(name)), "--run-timeout", str(BOUND),
+                   "--grade-json", str(grade))
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    results = json.loads(grade.read_text())
+    assert results["score"] == 0 and isinstance(results["execution_time"], float)
+    assert results["tests"] and all(t["status"] == "failed" and t["score"] == 0
+                                    for t in results["tests"])
+    assert all(t["output"] and "\n" not in t["output"] for t in results["tests"])
+    assert {"name", "score", "max_score", "status", "output", "visibility"} <= \
+        set(results["tests"][0])
+    assert "FAIL" in proc.stdout and "processes left behind by runs: 0" in proc.stdout
