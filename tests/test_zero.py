@@ -91,7 +91,6 @@ def test_zero_step_over_gloo_matches_adam_on_the_averaged_gradient(tmp_path: Pat
     param.grad = torch.full((p,), mean_grad)
     adam.step()
     for rank, (params, (norm, nbytes)) in enumerate(results):
-        torch.testing.assert_close(torch.tensor(params), param.detach(),
-                                   msg=lambda m, r=rank: f"rank {r}: {m}")
+        torch.testing.assert_close(torch.tensor(params), param.detach(), msg=f"rank {rank}")
         torch.testing.assert_close(norm, mean_grad * p ** 0.5)
         assert nbytes == 12 * -(-p // n), f"rank {rank}"

@@ -45,7 +45,7 @@ class SuiteReport:
         failed = report.failed or (report.when == "call" and report.outcome != "passed")
         if report.when != "call" and not failed:
             return
-        props = dict(report.user_properties)
+        props = {k: str(v) for k, v in report.user_properties}
         status = "passed" if report.passed else ("skipped" if report.skipped else "failed")
         reason = props.get("reason") or (one_line(report.longreprtext) if failed else "")
         if report.skipped and isinstance(report.longrepr, tuple):

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -112,7 +112,7 @@ def _kill_all(pgid: int, token: str) -> None:
         time.sleep(0.05)
 
 
-def _limits(mem_bytes: int | None, file_bytes: int | None):  # type: ignore[no-untyped-def]
+def _limits(mem_bytes: int | None, file_bytes: int | None) -> Callable[[], None]:
     def apply() -> None:
         if mem_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))

@@ -94,7 +94,7 @@ class _ReplicatedAdam(zero.ZeroOneAdam):
 
 
 def replicated_state() -> None:
-    trainer.ZeroOneAdam = _ReplicatedAdam  # type: ignore[misc]
+    trainer.ZeroOneAdam = _ReplicatedAdam  # type: ignore[misc,assignment]
 
 
 def _patch_shard_state(edit: Callable[[zero.ZeroOneAdam, dict[str, Any]], None]) -> None:
@@ -138,11 +138,12 @@ def stale_checkpoint() -> None:
 
 
 def same_rows() -> None:
-    trainer.rank_batch = lambda batch, rank, b: data.rank_batch(batch, 0, b)
+    trainer.rank_batch = lambda batch, rank, batch_size: data.rank_batch(batch, 0, batch_size)
 
 
 def no_guard() -> None:
-    guard.DivergenceGuard.verdict = lambda self, step, loss, g: None  # type: ignore[method-assign]
+    guard.DivergenceGuard.verdict = (  # type: ignore[method-assign]
+        lambda self, step, loss, grad_norm: None)
 
 
 def local_loss() -> None:
