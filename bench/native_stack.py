@@ -27,9 +27,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from capstone.config import GPTConfig  # noqa: E402
-from capstone.data import global_batch, rank_batch  # noqa: E402
-from capstone.model import build_model  # noqa: E402
+from capstone.config import GPTConfig
+from capstone.data import global_batch, rank_batch
+from capstone.model import build_model
 
 
 def optimizer_state_bytes(opt: ZeroRedundancyOptimizer) -> int:

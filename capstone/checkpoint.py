@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,13 @@ class CheckpointManager:
                 time.monotonic() - self._last_save >= self.every_seconds)
         return False
 
-    def save(self, step: int, shard: dict[str, Any]) -> Path:
-        """Write this rank's shard of `step`; collective: every rank must call it."""
+    def save(self, step: int, shard: dict[str, Any],
+             after_shard: Callable[[], None] | None = None) -> Path:
+        """Write this rank's shard of `step`; collective: every rank must call it.
+
+        `after_shard` runs once this rank's shard is on disk, before the checkpoint is
+        complete (fault injection uses it to kill a rank mid-checkpoint).
+        """
         final = self.root / step_dir_name(step)
         tmp = self.root / f".{step_dir_name(step)}.tmp"
         if self.world.rank == 0:
@@ -100,6 +106,8 @@ class CheckpointManager:
         torch.save(shard, shard_path)
         _fsync_path(shard_path)
         self._verify_readback(shard_path, shard)
+        if after_shard is not None:
+            after_shard()
         self.world.barrier()
         if self.world.rank == 0:
             self._write_manifest(tmp, step)

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from capstone.config import Fault
 from capstone.world import World
 
-FAULT_KINDS = ("nan", "spike", "crash", "kill")
-FAULTY_RANK = {"nan": 0, "crash": 1, "kill": 1}  # spike affects every rank's update
+FAULT_KINDS = ("nan", "spike", "crash", "kill", "killsave")
+# spike affects every rank's update; killsave kills rank 1 while it writes checkpoint S
+FAULTY_RANK = {"nan": 0, "crash": 1, "kill": 1, "killsave": 1}
 _REASONS: tuple[str | None, ...] = (None, "spike", "nan")  # by severity
 _FAULT = re.compile(r"^(?P<kind>[a-z]+)@(?P<step>\d+)$")
 
@@ -63,6 +64,14 @@ class FaultInjector:
             self.fired = True
             return multiplier
         return 1.0
+
+    def maybe_die_saving(self, step: int) -> None:
+        """`killsave@S`: rank 1 is SIGKILLed after writing its shard of checkpoint S, before
+        the checkpoint is complete (the previous one must survive intact)."""
+        if self._due(step, "killsave"):
+            self.fired = True
+            if self.rank == FAULTY_RANK["killsave"]:
+                os.kill(os.getpid(), signal.SIGKILL)
 
     def maybe_die(self, step: int) -> None:
         """`crash@S`: rank 1 raises; `kill@S`: rank 1 is SIGKILLed (no clean-up at all)."""

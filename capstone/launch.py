@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
@@ -30,6 +31,10 @@ from capstone.world import World
 RankFn = Callable[[World], Any]
 
 _PR_SET_PDEATHSIG = 1
+FAILURE_GRACE_S = 1.0
+# Errors a rank sees when a peer dies: never the root cause when another rank failed.
+_SECONDARY = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+              "Timed out waiting")
 
 
 class LaunchError(RuntimeError):
@@ -77,9 +82,15 @@ def run_ranks(fn: RankFn, world_size: int, run_dir: Path, timeout_s: float,
 
 def _collect(procs: list[Any], conns: dict[int, Connection]) -> list[Any]:
     results: dict[int, Any] = {}
+    failures: list[tuple[int, str]] = []  # in the order the launcher saw them
     pending: dict[Any, int] = {p.sentinel: rank for rank, p in enumerate(procs)}
+    deadline = None
     while pending:
-        for sentinel in wait(list(pending)):
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = wait(list(pending), timeout=timeout)
+        if not ready:
+            break  # the grace period is over: the ranks still running are stopped
+        for sentinel in ready:
             rank = pending.pop(sentinel)
             proc = procs[rank]
             proc.join()
@@ -87,8 +98,23 @@ def _collect(procs: list[Any], conns: dict[int, Connection]) -> list[Any]:
             if proc.exitcode == 0 and message is not None and message[0] == "ok":
                 results[rank] = message[1]
                 continue
-            raise LaunchError(_describe_failure(rank, proc.exitcode, message))
+            failures.append((rank, _describe_failure(rank, proc.exitcode, message)))
+            # A crash makes its peers fail too ("connection closed by peer"), sometimes
+            # before the crash itself is seen: wait briefly, then name the root cause.
+            deadline = deadline or time.monotonic() + FAILURE_GRACE_S
+    if failures:
+        raise LaunchError(_root_cause(failures))
     return [results[r] for r in range(len(procs))]
+
+
+def _root_cause(failures: list[tuple[int, str]]) -> str:
+    primary = [f for f in failures if not any(s in f[1] for s in _SECONDARY)] or failures
+    rank, text = primary[0]
+    others = sorted(r for r, _ in failures if r != rank)
+    if others:
+        text += (f"\n(rank(s) {', '.join(map(str, others))} failed as a consequence: a peer "
+                 "left the collective)")
+    return text
 
 
 def _receive(conn: Connection) -> tuple[str, Any] | None:

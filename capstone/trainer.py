@@ -126,7 +126,8 @@ class Trainer:
         return self.world.mean(loss)
 
     def _save(self, step: int) -> None:
-        self.ckpt.save(step, self.zero.shard_state())
+        self.ckpt.save(step, self.zero.shard_state(),
+                       after_shard=lambda: self.faults.maybe_die_saving(step))
         self.saved.append(step)
 
     def _rollback(self, step: int, reason: str) -> int:

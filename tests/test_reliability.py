@@ -1,0 +1,157 @@
+"""The reference under faults and hostile input: a failing rank ends the run promptly, a
+rank killed mid-checkpoint never costs the previous checkpoint, corrupt checkpoints are
+refused without touching anything, and a checkpoint resumes on another world size."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from capstone.checkpoint import load_checkpoint
+from tests.harness.checks import PARITY_LOSS_RTOL, Run
+from tests.harness.parse import parse_run
+from tests.harness.runner import Outcome, processes_with_token, run_command
+from tests.harness.runs import BASE
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPSTONE = (sys.executable, "-m", "capstone")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def reference_only(is_reference):
+    if not is_reference:
+        pytest.skip("reliability of the reference package itself")
+
+
+def capstone(out: Path, *flags: str, timeout: float = 60) -> Outcome:
+    outcome = run_command([*CAPSTONE, "--out", str(out), *flags], out, timeout, ROOT)
+    assert processes_with_token(outcome.token) == []
+    return outcome
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("kind", ["crash", "kill"])
+def test_a_failing_rank_ends_the_run_promptly(reference_only, tmp_path, kind):
+    o = capstone(tmp_path / "run", "--inject", f"{kind}@5")
+    assert o.returncode not in (0, None), o.reason()
+    # The other ranks are stopped at once, not after the 30 s collective timeout.
+    assert o.wall_s < 15, f"{kind}: the run took {o.wall_s:.1f}s to end"
+    assert "rank 1" in o.stderr_tail.splitlines()[0], o.stderr_tail
+    if kind == "crash":
+        assert "Traceback" in o.stderr_tail and "InjectedCrash" in o.stderr_tail
+    else:
+        assert "SIGKILL" in o.stderr_tail
+
+
+def test_rank_killed_mid_checkpoint_keeps_the_previous_one(reference_only, tmp_path, run):
+    out = tmp_path / "run"
+    o = capstone(out, "--checkpoint-every", "5", "--inject", "killsave@10")
+    assert o.returncode != 0 and "rank 1" in o.stderr_tail, o.reason()
+    steps = sorted(d.name for d in (out / "checkpoints").iterdir())
+    assert "step-000005" in steps and "step-000010" not in steps, steps
+    load_checkpoint(out / "checkpoints" / "step-000005")  # complete and valid
+    resumed = tmp_path / "resumed"
+    o = capstone(resumed, "--checkpoint-every", "5", "--resume",
+                 str(out / "checkpoints" / "step-000005"))
+    assert o.returncode == 0, o.reason()
+    base, again = run(BASE).parsed, parse_run(resumed, 4)
+    for rank in range(4):
+        for s in range(6, 21):
+            assert again.records[rank][s]["loss"] == base.records[rank][s]["loss"], (rank, s)
+
+
+def _flip(shard: Path) -> None:
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+
+
+def _truncate(shard: Path) -> None:
+    shard.write_bytes(shard.read_bytes()[:1000])
+
+
+class _Evil:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("pwned",))
+
+
+def _pickle_with_code(shard: Path) -> None:
+    with open(shard, "wb") as f:
+        pickle.dump({"master": _Evil()}, f, protocol=2)
+    manifest_path = shard.parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["shards"][2]["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))
+
+
+def _manifest_without(key: str) -> Callable[[Path], None]:
+    def edit(shard: Path) -> None:
+        path = shard.parent / "manifest.json"
+        manifest = json.loads(path.read_text())
+        del manifest[key]
+        path.write_text(json.dumps(manifest))
+    return edit
+
+
+CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
+    "flipped_byte": (_flip, r"rank-2.pt: sha256 does not match"),
+    "truncated_shard": (_truncate, r"rank-2.pt: sha256 does not match"),
+    "missing_shard": (Path.unlink, r"rank-2.pt: shard of rank 2 is missing"),
+    "manifest_not_json": (lambda s: (s.parent / "manifest.json").write_text("{oops"),
+                          r"manifest.json: not valid JSON"),
+    "manifest_lacks_key": (_manifest_without("n_params"), r"key 'n_params' missing"),
+    "pickle_with_code": (_pickle_with_code, r"rank-2.pt: cannot be loaded with weights_only"),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_corrupt_checkpoint_is_refused_and_nothing_is_overwritten(reference_only, tmp_path,
+                                                                  run, corruption):
+    edit, message = CORRUPTIONS[corruption]
+    source = run(BASE).parsed.out
+    victim = tmp_path / "run"  # a copy of a whole run, resumed into itself
+    shutil.copytree(source, victim)
+    ckpt = victim / "checkpoints" / "step-000010"
+    edit(ckpt / "rank-2.pt")
+    before = tree_digest(victim)
+    o = capstone(victim, "--resume", str(ckpt))
+    assert o.returncode == 1, o.reason()
+    first = o.stderr_tail.strip().splitlines()[0]
+    assert __import__("re").search(message, first), first
+    assert "pwned" not in o.stdout_tail
+    assert tree_digest(victim) == before, "a refused resume changed the run directory"
+
+
+@pytest.mark.parametrize("world_size", [2, 1])
+def test_elastic_resume_reshards_and_matches_the_4_rank_run(reference_only, tmp_path, run,
+                                                            world_size):
+    base = run(BASE)
+    out = tmp_path / "elastic"
+    o = capstone(out, "--world-size", str(world_size), "--batch-size", str(16 // world_size),
+                 "--resume", str(base.parsed.out / "checkpoints" / "step-000010"))
+    assert o.returncode == 0, o.reason()
+    assert f"resharding step 10 from 4 to {world_size} ranks" in o.stderr_tail
+    elastic = Run("elastic", 20, world_size, o, parse_run(out, world_size))
+    for s in range(11, 21):
+        a, b = base.parsed.records[0][s]["loss"], elastic.parsed.records[0][s]["loss"]
+        assert abs(a - b) <= PARITY_LOSS_RTOL * abs(a), f"step {s}: {a} vs {b}"
+    load_checkpoint(out / "checkpoints" / "step-000020")
+
+
+def test_resume_with_another_model_shape_is_refused(reference_only, tmp_path, run):
+    ckpt = run(BASE).parsed.out / "checkpoints" / "step-000010"
+    o = capstone(tmp_path / "r", "--n-embd", "64", "--resume", str(ckpt))
+    assert o.returncode == 2 and "holds 30080 parameters" in o.stderr_tail, o.stderr_tail
+    assert not (tmp_path / "r").exists()
