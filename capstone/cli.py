@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", type=Path, default=None, help="checkpoint directory to resume")
     p.add_argument("--inject", type=_fault, default=None, help="one-shot fault KIND@STEP")
     p.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate")
+    p.add_argument("--micro-batches", type=_positive_int("--micro-batches", 1), default=1,
+                   help="split each rank's batch into M micro-batches, one reduction per step")
     p.add_argument("--n-embd", type=_positive_int("--n-embd", 4), default=32,
                    help="embedding width (a multiple of the 4 heads; the contract's is 32)")
     p.add_argument("--pg-timeout", type=_positive_float, default=30.0,
@@ -107,6 +109,9 @@ def config_from_args(argv: Sequence[str]) -> TrainConfig:
             not a.checkpoint_every or a.inject.step % a.checkpoint_every):
         raise UsageError(f"--inject killsave@{a.inject.step} needs a checkpoint at step "
                          f"{a.inject.step}: pass --checkpoint-every dividing it")
+    if a.batch_size % a.micro_batches:
+        raise UsageError(f"--batch-size {a.batch_size} does not split into --micro-batches "
+                         f"{a.micro_batches}: pass a divisor of {a.batch_size}")
     if a.n_embd % GPTConfig.n_head:
         raise UsageError(f"--n-embd {a.n_embd} is not a multiple of {GPTConfig.n_head} heads: "
                          f"pass e.g. {a.n_embd - a.n_embd % GPTConfig.n_head or 32}")
@@ -116,7 +121,7 @@ def config_from_args(argv: Sequence[str]) -> TrainConfig:
                        batch_size=a.batch_size, checkpoint_every=a.checkpoint_every,
                        checkpoint_every_seconds=a.checkpoint_every_seconds or 0.0,
                        resume=a.resume, inject=a.inject, lr=a.lr, pg_timeout_s=a.pg_timeout,
-                       model=GPTConfig(n_embd=a.n_embd))
+                       micro_batches=a.micro_batches, model=GPTConfig(n_embd=a.n_embd))
 
 
 def preflight(cfg: TrainConfig) -> None:

@@ -26,6 +26,25 @@ from capstone.world import World
 from capstone.zero import ZeroOneAdam
 
 
+def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                         micro_batches: int) -> torch.Tensor:
+    """Forward and backward over `micro_batches` equal slices of (x, y); return the mean loss.
+
+    Each slice's loss is scaled by 1/M before its backward, so the summed gradients equal
+    the gradient of the whole batch's mean loss (one reduction per step, not per slice).
+    """
+    if x.size(0) % micro_batches:
+        raise ValueError(f"batch of {x.size(0)} rows does not split into {micro_batches} "
+                         "micro-batches")
+    total = torch.zeros(())
+    for xs, ys in zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True):
+        _, loss = model(xs, ys)
+        assert loss is not None
+        (loss / micro_batches).backward()
+        total += loss.detach() / micro_batches
+    return total
+
+
 def init_seed(seed: int, rank: int) -> int:
     """Each rank draws its own initial parameters, as independent processes would; only
     rank 0's survive the broadcast, so a missing broadcast is visible, not masked."""
@@ -118,11 +137,12 @@ class Trainer:
     def _forward(self, backward: bool) -> float:
         """Global mean loss of the rank-local batch; with `backward`, local grads too."""
         self.model.zero_grad(set_to_none=True)
-        with torch.set_grad_enabled(backward):
+        if backward:
+            return self.world.mean(accumulate_gradients(self.model, self.x, self.y,
+                                                        self.cfg.micro_batches))
+        with torch.no_grad():
             _, loss = self.model(self.x, self.y)
-            assert loss is not None
-            if backward:
-                loss.backward()
+        assert loss is not None
         return self.world.mean(loss)
 
     def _save(self, step: int) -> None:

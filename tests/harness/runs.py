@@ -27,6 +27,7 @@ class RunSpec:
     seed: int = 0
     inject: str | None = None
     resume_from: tuple[RunSpec, int] | None = None
+    extra: tuple[str, ...] = ()  # flags beyond the contract (the reference's exercises)
 
     def flags(self, resume_dir: Path | None) -> list[str]:
         f = ["--world-size", str(self.world_size), "--steps", str(self.steps),
@@ -36,7 +37,7 @@ class RunSpec:
             f += ["--inject", self.inject]
         if resume_dir is not None:
             f += ["--resume", str(resume_dir)]
-        return f
+        return f + list(self.extra)
 
     def key(self, impl: tuple[str, ...]) -> str:
         blob = json.dumps([list(impl), asdict(self)], sort_keys=True, default=str)
