@@ -13,11 +13,17 @@ from tests.harness.checks import check_parity
 from tests.harness.runs import BASE, RunSpec
 
 
+def _flat_grad(model: torch.nn.Module) -> torch.Tensor:
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None for g in grads)
+    return torch.cat([g.reshape(-1) for g in grads if g is not None])
+
+
 def _grads(micro_batches: int) -> tuple[float, torch.Tensor]:
     model = build_model(GPTConfig(), seed=0)
     x, y = rank_batch(global_batch(0, 16, 17), 0, 16)
     loss = accumulate_gradients(model, x, y, micro_batches)
-    return float(loss), torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    return float(loss), _flat_grad(model)
 
 
 @pytest.mark.parametrize("m", [1, 2, 4])
@@ -26,7 +32,7 @@ def test_accumulated_gradient_equals_the_big_batch_gradient(m):
     x, y = rank_batch(global_batch(0, 16, 17), 0, 16)
     _, loss = model(x, y)
     loss.backward()
-    big = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    big = _flat_grad(model)
     acc_loss, acc = _grads(m)
     rel = float((acc - big).norm() / big.norm())
     assert rel <= 1e-6, f"M={m}: gradient differs by {rel:.2e} relative"
