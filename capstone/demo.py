@@ -127,5 +127,6 @@ def main(argv: Sequence[str]) -> int:
     except (LaunchError, CheckpointError, DivergenceError, VerificationError) as e:
         print(f"capstone demo: FAILED: {e}", file=sys.stderr)
         return 1
+    print(f"plot the run (needs the [plot] extra): python -m capstone.plot {cfg.out}")
     print("RESUME VERIFIED")
     return 0

@@ -31,4 +31,5 @@ def test_demo_prints_everything_and_exits_0(tmp_path):
     shards = re.findall(r"^\s+rank-(\d)\.pt\s+(\d+) bytes\s+sha256 ([0-9a-f]{64})$", out, re.M)
     manifest = json.loads((tmp_path / "train/checkpoints/step-000010/manifest.json").read_text())
     assert [(str(s["rank"]), str(s["bytes"]), s["sha256"]) for s in manifest["shards"]] == shards
+    assert f"python -m capstone.plot {tmp_path / 'train'}" in out
     assert out.rstrip().endswith("RESUME VERIFIED")
