@@ -64,7 +64,7 @@ def worker(rank: int, args: argparse.Namespace) -> None:
         _, loss = model(x, y)
         loss.backward()  # DDP all-reduces (averages) the gradients
         opt.step()  # Adam on this rank's parameters, then broadcast to the others
-        if step % 10 == 0:
+        if args.checkpoint_every and step % args.checkpoint_every == 0:
             # Collective: the replicated model is written once, each rank's optimizer
             # partition under its own key.
             dcp.save({"model": model.state_dict(), f"optim_rank{rank}": opt.optim.state_dict()},
@@ -83,6 +83,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--embd", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-every", type=int, default=10, help="0: never")
     p.add_argument("--start", choices=["spawn", "fork"], default="spawn")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
