@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate")
     p.add_argument("--micro-batches", type=_positive_int("--micro-batches", 1), default=1,
                    help="split each rank's batch into M micro-batches, one reduction per step")
+    p.add_argument("--tensor-parallel", type=_positive_int("--tensor-parallel", 1), default=1,
+                   help="split each block's attention heads over this many ranks (exercise 1; "
+                        "ranks = tp x dp, ZeRO-1 over dp)")
     p.add_argument("--n-embd", type=_positive_int("--n-embd", 4), default=32,
                    help="embedding width (a multiple of the 4 heads; the contract's is 32)")
     p.add_argument("--pg-timeout", type=_positive_float, default=30.0,
@@ -112,6 +115,13 @@ def config_from_args(argv: Sequence[str]) -> TrainConfig:
     if a.batch_size % a.micro_batches:
         raise UsageError(f"--batch-size {a.batch_size} does not split into --micro-batches "
                          f"{a.micro_batches}: pass a divisor of {a.batch_size}")
+    tp = a.tensor_parallel
+    if tp > 1 and (world_size % tp or GPTConfig.n_head % tp):
+        raise UsageError(f"--tensor-parallel {tp} must divide --world-size {world_size} and the "
+                         f"{GPTConfig.n_head} heads: pass 1, 2 or 4")
+    if tp > 1 and (a.checkpoint_every or a.resume or a.inject):
+        raise UsageError("--tensor-parallel runs do not checkpoint, resume or inject faults "
+                         "yet: pass --checkpoint-every 0 and no --resume/--inject")
     if a.n_embd % GPTConfig.n_head:
         raise UsageError(f"--n-embd {a.n_embd} is not a multiple of {GPTConfig.n_head} heads: "
                          f"pass e.g. {a.n_embd - a.n_embd % GPTConfig.n_head or 32}")
@@ -121,7 +131,8 @@ def config_from_args(argv: Sequence[str]) -> TrainConfig:
                        batch_size=a.batch_size, checkpoint_every=a.checkpoint_every,
                        checkpoint_every_seconds=a.checkpoint_every_seconds or 0.0,
                        resume=a.resume, inject=a.inject, lr=a.lr, pg_timeout_s=a.pg_timeout,
-                       micro_batches=a.micro_batches, model=GPTConfig(n_embd=a.n_embd))
+                       micro_batches=a.micro_batches, tensor_parallel=tp,
+                       model=GPTConfig(n_embd=a.n_embd))
 
 
 def preflight(cfg: TrainConfig) -> None:

@@ -44,6 +44,7 @@ class TrainConfig:
     checkpoint_every_seconds: float = 0.0  # wall-clock cadence; 0 disables it
     resume: Path | None = None
     inject: Fault | None = None
+    tensor_parallel: int = 1  # ranks that split each block's attention heads
     micro_batches: int = 1  # gradient accumulation: slices of the rank's batch per step
     lr: float = 1e-2
     betas: tuple[float, float] = (0.9, 0.999)

@@ -22,6 +22,7 @@ from capstone.data import global_batch, rank_batch
 from capstone.guard import DivergenceGuard, FaultInjector
 from capstone.metrics import MetricsWriter
 from capstone.model import build_model, count_params
+from capstone.tensor_parallel import setup_parallelism, shard_attention, tp_sharded_mask
 from capstone.world import World
 from capstone.zero import ZeroOneAdam
 
@@ -66,12 +67,16 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, world: World) -> None:
         self.cfg = cfg
         self.world = world
-        self.model = build_model(cfg.model, init_seed(cfg.seed, world.rank))
-        self.n_params = count_params(self.model)
-        batch = global_batch(cfg.seed, world.size * cfg.batch_size, cfg.seq_len,
+        par = setup_parallelism(world, cfg.tensor_parallel)
+        # Ranks of one tp group build the same full model, then keep their own heads.
+        full = build_model(cfg.model, init_seed(cfg.seed, par.dp_rank))
+        self.n_params = count_params(full)
+        self.model = shard_attention(full, par)
+        batch = global_batch(cfg.seed, par.dp_size * cfg.batch_size, cfg.seq_len,
                              cfg.model.vocab_size)
-        self.x, self.y = rank_batch(batch, world.rank, cfg.batch_size)
-        self.zero = ZeroOneAdam(list(self.model.parameters()), world, cfg.lr, cfg.betas, cfg.eps)
+        self.x, self.y = rank_batch(batch, par.dp_rank, cfg.batch_size)
+        self.zero = ZeroOneAdam(list(self.model.parameters()), par, cfg.lr, cfg.betas, cfg.eps,
+                                tp_mask=tp_sharded_mask(self.model) if par.tp_size > 1 else None)
         self.ckpt = CheckpointManager(cfg.out / "checkpoints", world, self.n_params,
                                       cfg.checkpoint_every, cfg.checkpoint_every_seconds,
                                       fallback=cfg.resume)

@@ -7,6 +7,7 @@ group stay in `capstone.launch`, and the gradient/parameter traffic stays in `ca
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -44,3 +45,15 @@ class World:
     def barrier(self) -> None:
         if self.size > 1:
             dist.barrier()
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Where this rank sits: its data-parallel and tensor-parallel coordinates and groups."""
+
+    dp_rank: int
+    dp_size: int
+    tp_rank: int = 0
+    tp_size: int = 1
+    dp_group: Any = None  # None: the default (whole-world) group
+    tp_group: Any = None

@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.optim.adam import adam
 
-from capstone.world import World
+from capstone.world import Parallelism
 
 BYTES_PER_FP32 = 4
 STATE_TENSORS = ("master", "exp_avg", "exp_avg_sq")
@@ -114,19 +114,29 @@ class ShardedAdam:
 class ZeroOneAdam:
     """ZeRO-1 over the default process group, for the parameters of one model replica."""
 
-    def __init__(self, params: Sequence[nn.Parameter], world: World, lr: float,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    def __init__(self, params: Sequence[nn.Parameter], par: Parallelism, lr: float,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 tp_mask: torch.Tensor | None = None) -> None:
+        """ZeRO-1 over `par`'s data-parallel group. Under tensor parallelism, `tp_mask` marks
+        the elements that are this rank's own heads, so the gradient norm counts them once
+        per tp rank and the replicated elements once."""
         self.params = list(params)
-        self.world = world
-        self.layout = ShardLayout(sum(p.numel() for p in self.params), world.size)
+        self.rank, self.size, self.group = par.dp_rank, par.dp_size, par.dp_group
+        self.tp_group = par.tp_group if par.tp_size > 1 else None
+        self.layout = ShardLayout(sum(p.numel() for p in self.params), self.size)
         self._flat = torch.zeros(self.layout.padded_size)  # full vector, padding stays 0
         self._grad_shard = torch.zeros(self.layout.shard_size)
         self._flatten_params()
         self.shard = ShardedAdam(self._own(self._flat), lr, betas, eps)
+        self._tp_mask = None
+        if tp_mask is not None:
+            padded = torch.zeros(self.layout.padded_size, dtype=torch.bool)
+            padded[:tp_mask.numel()] = tp_mask
+            self._tp_mask = self._own(padded).clone()
 
     # -- parameters <-> flat vector ---------------------------------------------------------
     def _own(self, flat: torch.Tensor) -> torch.Tensor:
-        start, stop = self.layout.bounds(self.world.rank)
+        start, stop = self.layout.bounds(self.rank)
         return flat[start:stop]
 
     def _flatten_params(self) -> None:
@@ -155,23 +165,32 @@ class ZeroOneAdam:
     def broadcast_parameters(self) -> None:
         """Make rank 0's initial parameters every rank's, and seed the masters from them."""
         self._flatten_params()
-        if self.world.size > 1:
-            dist.broadcast(self._flat, src=0)
+        if self.size > 1:
+            dist.broadcast(self._flat, group=self.group, group_src=0)
         self._unflatten_params()
         self.shard.master.copy_(self._own(self._flat))
 
     def reduce_gradients(self) -> float:
         """Reduce-scatter the local gradients (averaged); return the global gradient L2 norm."""
         flat = self._flat_grads()
-        if self.world.size > 1:
-            dist.reduce_scatter_single(self._grad_shard, flat, op=dist.ReduceOp.SUM)
-            self._grad_shard /= self.world.size
+        if self.size > 1:
+            dist.reduce_scatter_single(self._grad_shard, flat, op=dist.ReduceOp.SUM,
+                                       group=self.group)
+            self._grad_shard /= self.size
         else:
             self._grad_shard.copy_(flat)
-        sq = self._grad_shard.to(torch.float64).square().sum().reshape(1)
-        if self.world.size > 1:
-            dist.all_reduce(sq, op=dist.ReduceOp.SUM)
-        return float(sq.sqrt().item())
+        g2 = self._grad_shard.to(torch.float64).square()
+        if self._tp_mask is None:
+            sq = g2.sum().reshape(1)
+            if self.size > 1:
+                dist.all_reduce(sq, op=dist.ReduceOp.SUM, group=self.group)
+            return float(sq.sqrt().item())
+        parts = torch.stack([g2[~self._tp_mask].sum(), g2[self._tp_mask].sum()])
+        if self.size > 1:
+            dist.all_reduce(parts, op=dist.ReduceOp.SUM, group=self.group)
+        own_heads = parts[1:].clone()
+        dist.all_reduce(own_heads, op=dist.ReduceOp.SUM, group=self.tp_group)
+        return float((parts[0] + own_heads[0]).sqrt().item())
 
     def step(self, lr_scale: float = 1.0) -> None:
         """Adam on this rank's shard, then all-gather so every rank holds the same parameters."""
@@ -179,8 +198,8 @@ class ZeroOneAdam:
         self._gather()
 
     def _gather(self) -> None:
-        if self.world.size > 1:
-            dist.all_gather_single(self._flat, self.shard.master)
+        if self.size > 1:
+            dist.all_gather_single(self._flat, self.shard.master, group=self.group)
         else:
             self._flat.copy_(self.shard.master)
         self._unflatten_params()

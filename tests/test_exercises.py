@@ -1,4 +1,5 @@
-"""The lesson's exercises, done by the reference: gradient accumulation (exercise 2)."""
+"""The lesson's exercises, done by the reference: tensor parallelism of attention heads
+(exercise 1) and gradient accumulation (exercise 2)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from capstone.data import global_batch, rank_batch
 from capstone.model import build_model
 from capstone.trainer import accumulate_gradients
 from tests.harness.checks import check_parity
-from tests.harness.runs import BASE, RunSpec
+from tests.harness.runs import BASE, SINGLE, RunSpec
 
 
 def _flat_grad(model: torch.nn.Module) -> torch.Tensor:
@@ -52,3 +53,40 @@ def test_accumulating_run_follows_the_m1_trajectory(is_reference, run, holds, m)
     accumulating = run(RunSpec(f"micro{m}", extra=("--micro-batches", str(m))))
     assert accumulating.outcome.returncode == 0, accumulating.outcome.reason()
     holds(check_parity(run(BASE), accumulating), f"M={m} vs M=1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size, batch_size", [(2, 16), (4, 8)], ids=["tp2", "tp2xdp2"])
+def test_tensor_parallel_run_matches_the_single_rank_baseline(is_reference, run, holds,
+                                                             world_size, batch_size):
+    if not is_reference:
+        pytest.skip("--tensor-parallel is the reference's exercise, not part of the contract")
+    tp = run(RunSpec(f"tp2-n{world_size}", world_size=world_size, batch_size=batch_size,
+                     checkpoint_every=0, extra=("--tensor-parallel", "2")))
+    assert tp.outcome.returncode == 0, tp.outcome.reason()
+    # loss within 1e-5 and the global gradient norm within 1e-4 of one rank, at every step
+    holds(check_parity(tp, run(SINGLE)), f"tensor parallel 2 on {world_size} ranks vs 1 rank")
+    # ZeRO-1 over the data-parallel group halves each rank's optimizer state again
+    per_rank = {r: tp.parsed.records[r][20]["optimizer_bytes"] for r in range(world_size)}
+    assert len(set(per_rank.values())) == 1, per_rank
+    if world_size == 4:
+        two = run(RunSpec("tp2-n2", world_size=2, batch_size=16, checkpoint_every=0,
+                          extra=("--tensor-parallel", "2")))
+        assert 2 * per_rank[0] == two.parsed.records[0][20]["optimizer_bytes"]
+
+
+def test_head_parallel_attention_splits_the_full_module():
+    from capstone.model import CausalSelfAttention
+    from capstone.tensor_parallel import HeadParallelAttention
+
+    full = CausalSelfAttention(GPTConfig())
+    halves = [HeadParallelAttention(full, r, 2, group=None) for r in range(2)]
+    C = 32
+    for r, h in enumerate(halves):
+        cols = slice(16 * r, 16 * (r + 1))
+        torch.testing.assert_close(h.c_attn.weight[:16], full.c_attn.weight[:C][cols])  # q
+        torch.testing.assert_close(h.c_attn.weight[32:], full.c_attn.weight[2 * C:][cols])  # v
+        torch.testing.assert_close(h.c_proj.weight, full.c_proj.weight[:, cols])
+    n_local = sum(p.numel() for p in halves[0].parameters())
+    n_full = sum(p.numel() for p in full.parameters())
+    assert 2 * n_local - C == n_full  # the output bias is replicated, everything else split

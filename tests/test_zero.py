@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capstone.launch import run_ranks
-from capstone.world import World
+from capstone.world import Parallelism, World
 from capstone.zero import ShardedAdam, ShardLayout, ZeroOneAdam
 
 
@@ -71,7 +71,7 @@ def _zero_step_on_rank(world: World, p: int, seed: int) -> tuple[list[float], li
     """Each rank: its own gradient; returns the params after one step, and its grad norm."""
     torch.manual_seed(seed)
     param = torch.nn.Parameter(torch.randn(p) * (world.rank + 1))  # broadcast must fix this
-    zero = ZeroOneAdam([param], world, lr=0.01)
+    zero = ZeroOneAdam([param], Parallelism(dp_rank=world.rank, dp_size=world.size), lr=0.01)
     zero.broadcast_parameters()
     param.grad = torch.full((p,), float(world.rank + 1))
     norm = zero.reduce_gradients()

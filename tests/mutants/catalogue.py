@@ -71,8 +71,9 @@ def local_grad_norm() -> None:
 class _ReplicatedAdam(zero.ZeroOneAdam):
     """Plain data parallel + Adam: every rank keeps all the optimizer state (12P bytes)."""
 
-    def __init__(self, params: Any, world: world.World, lr: float, betas: Any, eps: float):
-        super().__init__(params, world, lr, betas, eps)
+    def __init__(self, params: Any, par: world.Parallelism, lr: float, betas: Any, eps: float,
+                 tp_mask: Any = None) -> None:
+        super().__init__(params, par, lr, betas, eps)
         self.layout = zero.ShardLayout(self.layout.n_params, 1)
         self._flat = torch.zeros(self.layout.n_params)
         self._grad_shard = torch.zeros(self.layout.n_params)
@@ -85,7 +86,7 @@ class _ReplicatedAdam(zero.ZeroOneAdam):
     def reduce_gradients(self) -> float:
         flat = self._flat_grads()
         dist.all_reduce(flat)
-        self._grad_shard.copy_(flat / self.world.size)
+        self._grad_shard.copy_(flat / self.size)
         return float(self._grad_shard.to(torch.float64).square().sum().sqrt())
 
     def _gather(self) -> None:
