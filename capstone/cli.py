@@ -11,12 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from capstone.checkpoint import CheckpointError, load_checkpoint
-from capstone.config import GPTConfig, TrainConfig
-from capstone.guard import DivergenceError, parse_fault
-from capstone.launch import LaunchError, run_ranks, under_torchrun
-from capstone.model import MiniGPT, count_params
-from capstone.trainer import train
+# Only torch-free imports here: a bad flag or --help answers at once, without importing torch.
+from capstone.config import GPTConfig, TrainConfig, parse_fault
+from capstone.config import launched_by_torchrun as under_torchrun
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -137,6 +134,9 @@ def config_from_args(argv: Sequence[str]) -> TrainConfig:
 
 def preflight(cfg: TrainConfig) -> None:
     """Refuse, before any file is written, what would fail or overwrite data later."""
+    from capstone.checkpoint import load_checkpoint
+    from capstone.model import MiniGPT, count_params
+
     if cfg.resume is not None:
         loaded = load_checkpoint(cfg.resume)  # CheckpointError names the bad file
         n_params = count_params(MiniGPT(cfg.model))
@@ -157,6 +157,9 @@ def preflight(cfg: TrainConfig) -> None:
 
 def run(cfg: TrainConfig) -> None:
     """One training run under the contract; raises on any failure."""
+    from capstone.launch import run_ranks
+    from capstone.trainer import train
+
     preflight(cfg)
     cfg.out.mkdir(parents=True, exist_ok=True)
     run_ranks(functools.partial(train, cfg), cfg.world_size, cfg.out, cfg.pg_timeout_s,
@@ -170,6 +173,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo_main(argv[1:])
     try:
         cfg = config_from_args(argv)
+    except UsageError as e:
+        print(f"capstone: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    from capstone.checkpoint import CheckpointError
+    from capstone.guard import DivergenceError
+    from capstone.launch import LaunchError
+
+    try:
         run(cfg)
     except UsageError as e:
         print(f"capstone: error: {e}", file=sys.stderr)

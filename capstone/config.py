@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +23,10 @@ class GPTConfig:
             raise ValueError(
                 f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
             )
+
+
+FAULT_KINDS = ("nan", "spike", "crash", "kill", "killsave")
+_FAULT = re.compile(r"^(?P<kind>[a-z]+)@(?P<step>\d+)$")
 
 
 @dataclass(frozen=True)
@@ -60,3 +66,17 @@ class TrainConfig:
     def seq_len(self) -> int:
         """Tokens per stored sequence: the context plus the one-token-shifted target."""
         return self.model.block_size + 1
+
+
+def parse_fault(text: str) -> Fault:
+    """Parse `KIND@STEP` (e.g. `nan@12`); ValueError says what is accepted."""
+    m = _FAULT.match(text.strip())
+    if not m or m["kind"] not in FAULT_KINDS or int(m["step"]) < 1:
+        raise ValueError(f"--inject expects KIND@STEP with KIND one of {', '.join(FAULT_KINDS)} "
+                         f"and STEP >= 1 (e.g. nan@12), got {text!r}")
+    return Fault(kind=m["kind"], step=int(m["step"]))
+
+
+def launched_by_torchrun() -> bool:
+    """True when an external launcher (torchrun) already made this process one rank."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))

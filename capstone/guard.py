@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import signal
 from dataclasses import dataclass, field
 
 from capstone.config import Fault
 from capstone.world import World
 
-FAULT_KINDS = ("nan", "spike", "crash", "kill", "killsave")
 # spike affects every rank's update; killsave kills rank 1 while it writes checkpoint S
 FAULTY_RANK = {"nan": 0, "crash": 1, "kill": 1, "killsave": 1}
 _REASONS: tuple[str | None, ...] = (None, "spike", "nan")  # by severity
-_FAULT = re.compile(r"^(?P<kind>[a-z]+)@(?P<step>\d+)$")
 
 
 class DivergenceError(RuntimeError):
@@ -29,15 +26,6 @@ class DivergenceError(RuntimeError):
 
 class InjectedCrash(RuntimeError):
     """Raised by `--inject crash@S` on rank 1."""
-
-
-def parse_fault(text: str) -> Fault:
-    """Parse `KIND@STEP` (e.g. `nan@12`); ValueError says what is accepted."""
-    m = _FAULT.match(text.strip())
-    if not m or m["kind"] not in FAULT_KINDS or int(m["step"]) < 1:
-        raise ValueError(f"--inject expects KIND@STEP with KIND one of {', '.join(FAULT_KINDS)} "
-                         f"and STEP >= 1 (e.g. nan@12), got {text!r}")
-    return Fault(kind=m["kind"], step=int(m["step"]))
 
 
 @dataclass

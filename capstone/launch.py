@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from capstone.config import launched_by_torchrun as under_torchrun
 from capstone.world import World
 
 RankFn = Callable[[World], Any]
@@ -39,11 +40,6 @@ _SECONDARY = ("Connection closed by peer", "Connection reset by peer", "Broken p
 
 class LaunchError(RuntimeError):
     """A rank failed; the message names the rank and why."""
-
-
-def under_torchrun() -> bool:
-    """True when an external launcher (torchrun) already made this process one rank."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
 
 
 def run_ranks(fn: RankFn, world_size: int, run_dir: Path, timeout_s: float,

@@ -141,8 +141,8 @@ class Trainer:
 
     def _forward(self, backward: bool) -> float:
         """Global mean loss of the rank-local batch; with `backward`, local grads too."""
-        self.model.zero_grad(set_to_none=True)
         if backward:
+            self.zero.zero_grad()
             return self.world.mean(accumulate_gradients(self.model, self.x, self.y,
                                                         self.cfg.micro_batches))
         with torch.no_grad():

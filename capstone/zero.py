@@ -112,7 +112,12 @@ class ShardedAdam:
 
 
 class ZeroOneAdam:
-    """ZeRO-1 over the default process group, for the parameters of one model replica."""
+    """ZeRO-1 over the default process group, for the parameters of one model replica.
+
+    The model's parameters and gradients are views into two flat buffers, so the
+    reduce-scatter reads the gradients where backward left them and the all-gather writes
+    the parameters in place: no per-step flatten/unflatten copies.
+    """
 
     def __init__(self, params: Sequence[nn.Parameter], par: Parallelism, lr: float,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
@@ -124,9 +129,8 @@ class ZeroOneAdam:
         self.rank, self.size, self.group = par.dp_rank, par.dp_size, par.dp_group
         self.tp_group = par.tp_group if par.tp_size > 1 else None
         self.layout = ShardLayout(sum(p.numel() for p in self.params), self.size)
-        self._flat = torch.zeros(self.layout.padded_size)  # full vector, padding stays 0
+        self._bind_buffers()
         self._grad_shard = torch.zeros(self.layout.shard_size)
-        self._flatten_params()
         self.shard = ShardedAdam(self._own(self._flat), lr, betas, eps)
         self._tp_mask = None
         if tp_mask is not None:
@@ -134,40 +138,42 @@ class ZeroOneAdam:
             padded[:tp_mask.numel()] = tp_mask
             self._tp_mask = self._own(padded).clone()
 
-    # -- parameters <-> flat vector ---------------------------------------------------------
+    # -- parameters and gradients as views of two flat vectors ------------------------------
     def _own(self, flat: torch.Tensor) -> torch.Tensor:
         start, stop = self.layout.bounds(self.rank)
         return flat[start:stop]
 
-    def _flatten_params(self) -> None:
-        offset = 0
-        for p in self.params:
-            self._flat[offset:offset + p.numel()].copy_(p.detach().reshape(-1))
-            offset += p.numel()
-
-    def _unflatten_params(self) -> None:
+    def _bind_buffers(self) -> None:
+        """Copy the parameters into a padded flat vector and make them (and their
+        gradients) views of it; the padding stays zero."""
+        self._flat = torch.zeros(self.layout.padded_size)
+        self._grad_flat = torch.zeros(self.layout.padded_size)
         offset = 0
         with torch.no_grad():
             for p in self.params:
-                p.copy_(self._flat[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
+                n = p.numel()
+                self._flat[offset:offset + n].copy_(p.detach().reshape(-1))
+                p.data = self._flat[offset:offset + n].view_as(p)
+                p.grad = self._grad_flat[offset:offset + n].view_as(p)
+                offset += n
+
+    def zero_grad(self) -> None:
+        """Zero the gradients in place (model.zero_grad() would detach them from the buffer)."""
+        self._grad_flat.zero_()
 
     def _flat_grads(self) -> torch.Tensor:
-        flat = torch.zeros(self.layout.padded_size)
-        offset = 0
         for p in self.params:
-            if p.grad is not None:
-                flat[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
-            offset += p.numel()
-        return flat
+            if p.grad is None or p.grad.data_ptr() < self._grad_flat.data_ptr() or \
+                    p.grad.data_ptr() >= self._grad_flat.data_ptr() + self._grad_flat.nbytes:
+                raise RuntimeError("a gradient left ZeRO's flat buffer: clear gradients with "
+                                   "ZeroOneAdam.zero_grad(), not model.zero_grad()")
+        return self._grad_flat
 
     # -- the three collectives of ZeRO-1 ------------------------------------------------------
     def broadcast_parameters(self) -> None:
         """Make rank 0's initial parameters every rank's, and seed the masters from them."""
-        self._flatten_params()
         if self.size > 1:
             dist.broadcast(self._flat, group=self.group, group_src=0)
-        self._unflatten_params()
         self.shard.master.copy_(self._own(self._flat))
 
     def reduce_gradients(self) -> float:
@@ -202,13 +208,11 @@ class ZeroOneAdam:
             dist.all_gather_single(self._flat, self.shard.master, group=self.group)
         else:
             self._flat.copy_(self.shard.master)
-        self._unflatten_params()
 
     # -- what the metrics and the checkpoint see -----------------------------------------------
     def param_norm(self) -> float:
         """L2 norm (accumulated in float64) of the full parameter vector this rank holds."""
-        return float(torch.cat([p.detach().reshape(-1) for p in self.params])
-                     .to(torch.float64).square().sum().sqrt().item())
+        return float(torch.linalg.vector_norm(self._flat, dtype=torch.float64))  # pads are 0
 
     def optimizer_bytes(self) -> int:
         return self.shard.nbytes()

@@ -12,18 +12,23 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _collect(*args: str) -> set[str]:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                           "-p", "no:cacheprovider", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return {line for line in proc.stdout.splitlines() if "::" in line}
+def _collect(*selections: tuple[str, ...]) -> list[set[str]]:
+    """Node ids collected for each selection, the collections running side by side."""
+    procs = [subprocess.Popen([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                               "-p", "no:cacheprovider", *args], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for args in selections]
+    out = []
+    for proc in procs:
+        stdout, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stdout
+        out.append({line for line in stdout.splitlines() if "::" in line})
+    return out
 
 
 @pytest.mark.slow
 def test_k_selection_is_exactly_the_six_contract_modules():
-    everything = _collect()
-    selected = _collect("-k", "invariant")
+    everything, selected = _collect((), ("-k", "invariant"))
     expected = {n for n in everything if Path(n.split("::")[0]).name.startswith("test_invariant_")}
     assert len({Path(n.split("::")[0]).name for n in expected}) == 6
     assert selected == expected, (f"extra: {sorted(selected - expected)}, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from capstone.checkpoint import load_checkpoint
+from capstone.cli import main
 from tests.harness.checks import PARITY_LOSS_RTOL, Run
 from tests.harness.parse import parse_run
 from tests.harness.runner import Outcome, processes_with_token, run_command
@@ -118,7 +120,7 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
 
 @pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
 def test_corrupt_checkpoint_is_refused_and_nothing_is_overwritten(reference_only, tmp_path,
-                                                                  run, corruption):
+                                                                  run, capsys, corruption):
     edit, message = CORRUPTIONS[corruption]
     source = run(BASE).parsed.out
     victim = tmp_path / "run"  # a copy of a whole run, resumed into itself
@@ -126,11 +128,12 @@ def test_corrupt_checkpoint_is_refused_and_nothing_is_overwritten(reference_only
     ckpt = victim / "checkpoints" / "step-000010"
     edit(ckpt / "rank-2.pt")
     before = tree_digest(victim)
-    o = capstone(victim, "--resume", str(ckpt))
-    assert o.returncode == 1, o.reason()
-    first = o.stderr_tail.strip().splitlines()[0]
-    assert __import__("re").search(message, first), first
-    assert "pwned" not in o.stdout_tail
+    # The refusal happens in the CLI's preflight, before any rank starts: run it in-process.
+    assert main(["--out", str(victim), "--resume", str(ckpt)]) == 1
+    captured = capsys.readouterr()
+    first = captured.err.strip().splitlines()[0]
+    assert re.search(message, first), first
+    assert "pwned" not in captured.out
     assert tree_digest(victim) == before, "a refused resume changed the run directory"
 
 
@@ -150,8 +153,8 @@ def test_elastic_resume_reshards_and_matches_the_4_rank_run(reference_only, tmp_
     load_checkpoint(out / "checkpoints" / "step-000020")
 
 
-def test_resume_with_another_model_shape_is_refused(reference_only, tmp_path, run):
+def test_resume_with_another_model_shape_is_refused(reference_only, tmp_path, run, capsys):
     ckpt = run(BASE).parsed.out / "checkpoints" / "step-000010"
-    o = capstone(tmp_path / "r", "--n-embd", "64", "--resume", str(ckpt))
-    assert o.returncode == 2 and "holds 30080 parameters" in o.stderr_tail, o.stderr_tail
+    assert main(["--out", str(tmp_path / "r"), "--n-embd", "64", "--resume", str(ckpt)]) == 2
+    assert "holds 30080 parameters" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()

@@ -73,7 +73,8 @@ def _zero_step_on_rank(world: World, p: int, seed: int) -> tuple[list[float], li
     param = torch.nn.Parameter(torch.randn(p) * (world.rank + 1))  # broadcast must fix this
     zero = ZeroOneAdam([param], Parallelism(dp_rank=world.rank, dp_size=world.size), lr=0.01)
     zero.broadcast_parameters()
-    param.grad = torch.full((p,), float(world.rank + 1))
+    zero.zero_grad()
+    (param * (world.rank + 1)).sum().backward()  # lands in ZeRO's flat gradient buffer
     norm = zero.reduce_gradients()
     zero.step()
     return param.detach().tolist(), [norm, zero.optimizer_bytes()]
@@ -94,3 +95,11 @@ def test_zero_step_over_gloo_matches_adam_on_the_averaged_gradient(tmp_path: Pat
         torch.testing.assert_close(torch.tensor(params), param.detach(), msg=f"rank {rank}")
         torch.testing.assert_close(norm, mean_grad * p ** 0.5)
         assert nbytes == 12 * -(-p // n), f"rank {rank}"
+
+
+def test_model_zero_grad_is_refused_loudly():
+    param = torch.nn.Parameter(torch.ones(3))
+    zero = ZeroOneAdam([param], Parallelism(dp_rank=0, dp_size=1), lr=0.1)
+    param.grad = None  # what model.zero_grad(set_to_none=True) does
+    with pytest.raises(RuntimeError, match="left ZeRO's flat buffer"):
+        zero.reduce_gradients()

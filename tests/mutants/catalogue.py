@@ -75,23 +75,19 @@ class _ReplicatedAdam(zero.ZeroOneAdam):
                  tp_mask: Any = None) -> None:
         super().__init__(params, par, lr, betas, eps)
         self.layout = zero.ShardLayout(self.layout.n_params, 1)
-        self._flat = torch.zeros(self.layout.n_params)
+        self.rank = 0  # owns everything
+        self._bind_buffers()
         self._grad_shard = torch.zeros(self.layout.n_params)
-        self._flatten_params()
         self.shard = zero.ShardedAdam(self._flat, lr, betas, eps)
 
-    def _own(self, flat: torch.Tensor) -> torch.Tensor:
-        return flat
-
     def reduce_gradients(self) -> float:
-        flat = self._flat_grads()
+        flat = self._flat_grads().clone()
         dist.all_reduce(flat)
         self._grad_shard.copy_(flat / self.size)
         return float(self._grad_shard.to(torch.float64).square().sum().sqrt())
 
     def _gather(self) -> None:
         self._flat.copy_(self.shard.master)
-        self._unflatten_params()
 
 
 def replicated_state() -> None:
