@@ -57,6 +57,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
     for i, embd in enumerate(WIDTHS):
@@ -82,6 +83,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax_time.set(xscale="log", xticks=WORLD_SIZES, xticklabels=WORLD_SIZES, xlabel="world size N",
                 ylabel="step time: ours / native", title="step time relative to the native stack")
     ax_time.legend(fontsize=8)
+    for ax in (ax_mem, ax_time):
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.grid(alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
 
@@ -91,7 +95,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--json", type=Path, default=ROOT / "bench/results/scaling.json")
     p.add_argument("--png", type=Path, default=ROOT / "bench/results/scaling.png")
+    p.add_argument("--replot", type=Path, default=None,
+                   help="only redraw the PNG from a JSON this script wrote")
     args = p.parse_args()
+    if args.replot:
+        plot(json.loads(args.replot.read_text()), args.png)
+        return
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as d:
         for embd in WIDTHS:

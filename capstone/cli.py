@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor-parallel", type=_positive_int("--tensor-parallel", 1), default=1,
                    help="split each block's attention heads over this many ranks (exercise 1; "
                         "ranks = tp x dp, ZeRO-1 over dp)")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
+                   help="collective backend (nccl needs --device cuda; launch it with torchrun)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where each rank trains (cuda: the rank's own GPU)")
     p.add_argument("--n-embd", type=_positive_int("--n-embd", 4), default=32,
                    help="embedding width (a multiple of the 4 heads; the contract's is 32)")
     p.add_argument("--pg-timeout", type=_positive_float, default=30.0,
@@ -119,6 +123,9 @@ def config_from_args(argv: Sequence[str]) -> TrainConfig:
     if tp > 1 and (a.checkpoint_every or a.resume or a.inject):
         raise UsageError("--tensor-parallel runs do not checkpoint, resume or inject faults "
                          "yet: pass --checkpoint-every 0 and no --resume/--inject")
+    if a.backend == "nccl" and a.device != "cuda":
+        raise UsageError("--backend nccl moves CUDA tensors only: add --device cuda "
+                         "(or keep the default gloo on CPU)")
     if a.n_embd % GPTConfig.n_head:
         raise UsageError(f"--n-embd {a.n_embd} is not a multiple of {GPTConfig.n_head} heads: "
                          f"pass e.g. {a.n_embd - a.n_embd % GPTConfig.n_head or 32}")
@@ -129,14 +136,20 @@ def config_from_args(argv: Sequence[str]) -> TrainConfig:
                        checkpoint_every_seconds=a.checkpoint_every_seconds or 0.0,
                        resume=a.resume, inject=a.inject, lr=a.lr, pg_timeout_s=a.pg_timeout,
                        micro_batches=a.micro_batches, tensor_parallel=tp,
+                       backend=a.backend, device=a.device,
                        model=GPTConfig(n_embd=a.n_embd))
 
 
 def preflight(cfg: TrainConfig) -> None:
     """Refuse, before any file is written, what would fail or overwrite data later."""
+    import torch
+
     from capstone.checkpoint import load_checkpoint
     from capstone.model import MiniGPT, count_params
 
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda but this torch sees no CUDA device: drop --device "
+                         "(CPU and gloo are the default)")
     if cfg.resume is not None:
         loaded = load_checkpoint(cfg.resume)  # CheckpointError names the bad file
         n_params = count_params(MiniGPT(cfg.model))
@@ -163,7 +176,7 @@ def run(cfg: TrainConfig) -> None:
     preflight(cfg)
     cfg.out.mkdir(parents=True, exist_ok=True)
     run_ranks(functools.partial(train, cfg), cfg.world_size, cfg.out, cfg.pg_timeout_s,
-              cfg.backend)
+              cfg.backend, cfg.device)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -56,7 +56,8 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     pg_timeout_s: float = 30.0  # a mismatched collective fails after this, not after 30 min
-    backend: str = "gloo"
+    backend: str = "gloo"  # nccl for GPUs (with device "cuda"), launched by torchrun
+    device: str = "cpu"
     max_rollbacks: int = 3  # consecutive rollbacks before the run gives up
     spike_factor: float = 2.0  # loss > factor x previous loss counts as a spike
     spike_lr_multiplier: float = 1000.0  # what `--inject spike@S` multiplies the lr by

@@ -43,14 +43,14 @@ class LaunchError(RuntimeError):
 
 
 def run_ranks(fn: RankFn, world_size: int, run_dir: Path, timeout_s: float,
-              backend: str = "gloo") -> list[Any]:
+              backend: str = "gloo", device: str = "cpu") -> list[Any]:
     """Run `fn(world)` on every rank; return the ranks' results in rank order.
 
     Raises LaunchError naming the first rank that failed; the other ranks are stopped at
     once rather than left waiting on a collective that will never complete.
     """
     if under_torchrun():
-        return [_torchrun_rank(fn, timeout_s, backend)]
+        return [_torchrun_rank(fn, timeout_s, backend, device)]
     run_dir.mkdir(parents=True, exist_ok=True)
     store_path = run_dir / f".rendezvous-{os.getpid()}"
     store_path.unlink(missing_ok=True)
@@ -62,7 +62,7 @@ def run_ranks(fn: RankFn, world_size: int, run_dir: Path, timeout_s: float,
             parent_end, child_end = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_rank_main, name=f"capstone-rank-{rank}",
                             args=(fn, rank, world_size, store_path, timeout_s, backend,
-                                  child_end))
+                                  device, child_end))
             p.start()
             child_end.close()
             procs.append(p)
@@ -132,7 +132,7 @@ def _describe_failure(rank: int, exitcode: int | None, message: tuple[str, Any] 
 
 
 def _rank_main(fn: RankFn, rank: int, world_size: int, store_path: Path, timeout_s: float,
-               backend: str, conn: Connection) -> None:
+               backend: str, device: str, conn: Connection) -> None:
     _die_with_parent()
     torch.set_num_threads(1)  # 4 ranks on 2 cores: more threads only fight each other
     try:
@@ -140,7 +140,7 @@ def _rank_main(fn: RankFn, rank: int, world_size: int, store_path: Path, timeout
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout_s))
         try:
-            result = fn(World(rank=rank, size=world_size))
+            result = fn(World(rank=rank, size=world_size, device=_rank_device(device, rank)))
         finally:
             dist.destroy_process_group()
         conn.send(("ok", result))
@@ -153,12 +153,22 @@ def _rank_main(fn: RankFn, rank: int, world_size: int, store_path: Path, timeout
     conn.close()
 
 
-def _torchrun_rank(fn: RankFn, timeout_s: float, backend: str) -> Any:
+def _rank_device(device: str, local_rank: int) -> str:
+    """`cuda` means this rank's own GPU (set as current, as NCCL expects)."""
+    if device != "cuda":
+        return device
+    torch.cuda.set_device(local_rank)
+    return f"cuda:{local_rank}"
+
+
+def _torchrun_rank(fn: RankFn, timeout_s: float, backend: str, device: str) -> Any:
     torch.set_num_threads(1)
     dist.init_process_group(backend, init_method="env://",
                             timeout=timedelta(seconds=timeout_s))
     try:
-        return fn(World(rank=dist.get_rank(), size=dist.get_world_size()))
+        local = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+        return fn(World(rank=dist.get_rank(), size=dist.get_world_size(),
+                        device=_rank_device(device, local)))
     finally:
         dist.destroy_process_group()
 

@@ -37,7 +37,7 @@ def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tenso
     if x.size(0) % micro_batches:
         raise ValueError(f"batch of {x.size(0)} rows does not split into {micro_batches} "
                          "micro-batches")
-    total = torch.zeros(())
+    total = torch.zeros((), device=x.device)
     for xs, ys in zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True):
         _, loss = model(xs, ys)
         assert loss is not None
@@ -71,10 +71,11 @@ class Trainer:
         # Ranks of one tp group build the same full model, then keep their own heads.
         full = build_model(cfg.model, init_seed(cfg.seed, par.dp_rank))
         self.n_params = count_params(full)
-        self.model = shard_attention(full, par)
+        self.model = shard_attention(full, par).to(world.device)
         batch = global_batch(cfg.seed, par.dp_size * cfg.batch_size, cfg.seq_len,
                              cfg.model.vocab_size)
-        self.x, self.y = rank_batch(batch, par.dp_rank, cfg.batch_size)
+        x, y = rank_batch(batch, par.dp_rank, cfg.batch_size)
+        self.x, self.y = x.to(world.device), y.to(world.device)
         self.zero = ZeroOneAdam(list(self.model.parameters()), par, cfg.lr, cfg.betas, cfg.eps,
                                 tp_mask=tp_sharded_mask(self.model) if par.tp_size > 1 else None)
         self.ckpt = CheckpointManager(cfg.out / "checkpoints", world, self.n_params,

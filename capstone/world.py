@@ -19,6 +19,7 @@ class World:
 
     rank: int
     size: int
+    device: str = "cpu"  # where collective tensors live (cuda:<local rank> under NCCL)
 
     def mean(self, value: torch.Tensor) -> float:
         """Mean of a scalar over ranks; every rank gets the same float."""
@@ -30,14 +31,14 @@ class World:
 
     def max(self, value: int) -> int:
         """Largest of the ranks' integers, on every rank: a decision every rank takes alike."""
-        t = torch.tensor([value], dtype=torch.int64)
+        t = torch.tensor([value], dtype=torch.int64, device=self.device)
         if self.size > 1:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t.item())
 
     def broadcast_flag(self, flag: bool) -> bool:
         """Rank 0's `flag` on every rank (for decisions such as a wall-clock deadline)."""
-        t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=self.device)
         if self.size > 1:
             dist.broadcast(t, src=0)
         return bool(t.item())

@@ -129,12 +129,13 @@ class ZeroOneAdam:
         self.rank, self.size, self.group = par.dp_rank, par.dp_size, par.dp_group
         self.tp_group = par.tp_group if par.tp_size > 1 else None
         self.layout = ShardLayout(sum(p.numel() for p in self.params), self.size)
+        self.device = self.params[0].device
         self._bind_buffers()
-        self._grad_shard = torch.zeros(self.layout.shard_size)
+        self._grad_shard = torch.zeros(self.layout.shard_size, device=self.device)
         self.shard = ShardedAdam(self._own(self._flat), lr, betas, eps)
         self._tp_mask = None
         if tp_mask is not None:
-            padded = torch.zeros(self.layout.padded_size, dtype=torch.bool)
+            padded = torch.zeros(self.layout.padded_size, dtype=torch.bool, device=self.device)
             padded[:tp_mask.numel()] = tp_mask
             self._tp_mask = self._own(padded).clone()
 
@@ -146,8 +147,8 @@ class ZeroOneAdam:
     def _bind_buffers(self) -> None:
         """Copy the parameters into a padded flat vector and make them (and their
         gradients) views of it; the padding stays zero."""
-        self._flat = torch.zeros(self.layout.padded_size)
-        self._grad_flat = torch.zeros(self.layout.padded_size)
+        self._flat = torch.zeros(self.layout.padded_size, device=self.device)
+        self._grad_flat = torch.zeros(self.layout.padded_size, device=self.device)
         offset = 0
         with torch.no_grad():
             for p in self.params:
@@ -219,7 +220,7 @@ class ZeroOneAdam:
 
     def shard_state(self) -> dict[str, torch.Tensor | int]:
         """This rank's checkpoint shard: master, exp_avg, exp_avg_sq (1-D fp32) and step."""
-        state: dict[str, torch.Tensor | int] = {k: v.detach().clone()
+        state: dict[str, torch.Tensor | int] = {k: v.detach().cpu().clone()
                                                 for k, v in self.shard.tensors().items()}
         state["step"] = self.shard.steps_taken
         return state
@@ -233,8 +234,8 @@ class ZeroOneAdam:
                 raise ValueError(
                     f"checkpoint holds {vec.numel()} parameters but this model has "
                     f"{self.layout.n_params}: resume with the model shape it was written with")
-            buf = torch.zeros(self.layout.padded_size)
-            buf[:vec.numel()] = vec
+            buf = torch.zeros(self.layout.padded_size, device=self.device)
+            buf[:vec.numel()] = vec.to(self.device)
             padded[name] = self._own(buf)
         self.shard.load(padded["master"], padded["exp_avg"], padded["exp_avg_sq"], step)
         self._gather()

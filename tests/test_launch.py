@@ -1,0 +1,40 @@
+"""The two ways into the reference: its own forking launcher and torchrun's env://."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.parse import parse_run
+from tests.harness.runner import run_command
+from tests.harness.runs import N2
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _without_wall_time(records: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {s: {k: v for k, v in r.items() if k != "step_time_s"} for s, r in records.items()}
+
+
+@pytest.mark.slow
+def test_torchrun_gives_the_bytes_of_the_forking_launcher(is_reference, run, tmp_path):
+    if not is_reference:
+        pytest.skip("launches the reference package")
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("no torchrun next to this python")
+    out = tmp_path / "torchrun"
+    outcome = run_command([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "capstone",
+                           "--out", str(out), *N2.flags(None)], out, 90, ROOT)
+    assert outcome.returncode == 0, outcome.reason()
+    forked, launched = run(N2).parsed, parse_run(out, 2)
+    assert launched.problems == []
+    for rank in range(2):
+        assert _without_wall_time(launched.records[rank]) == \
+            _without_wall_time(forked.records[rank]), f"rank {rank}"
+    for step, ck in forked.checkpoints.items():
+        assert launched.checkpoints[step].manifest == ck.manifest, f"step {step}"
