@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from capstone.cli import main
 
@@ -25,6 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
     (["--pg-timeout", "-1"], "positive number of seconds"),
     (["--lr", "0"], "--lr must be positive"),
     (["--frobnicate"], "unrecognized arguments"),
+    (["--backend", "nccl"], "add --device cuda"),
+    (["--tensor-parallel", "3"], "must divide --world-size"),
+    (["--tensor-parallel", "2"], "do not checkpoint, resume or inject"),
+    (["--micro-batches", "3"], "does not split into --micro-batches 3"),
+    (["--inject", "killsave@7"], "needs a checkpoint at step 7"),
+    (["--n-embd", "30"], "not a multiple of 4 heads"),
     ([], "required: --out"),
 ])
 def test_bad_flag_exits_2_with_one_line(tmp_path, capsys, flags, says):
@@ -55,3 +62,10 @@ def test_real_process_exit_code_and_help():
     ok = subprocess.run([sys.executable, "-m", "capstone", "--out", "x", "--help"], cwd=ROOT,
                         capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and "--checkpoint-every" in ok.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_a_gpu_is_refused(tmp_path, capsys):
+    assert main(["--out", str(tmp_path / "r"), "--device", "cuda"]) == 2
+    assert "sees no CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
