@@ -10,7 +10,10 @@ from __future__ import annotations
 import math
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import torch
 
 from capstone.config import Fault
 from capstone.world import World
@@ -40,12 +43,14 @@ class FaultInjector:
         f = self.fault
         return (f is not None and not self.fired and f.kind == kind and f.step == step)
 
-    def corrupt_gradients(self, step: int) -> bool:
-        """True when this rank's local gradients of `step` are to be made NaN."""
+    def corrupt_gradients(self, step: int, params: Iterable[torch.nn.Parameter]) -> None:
+        """`nan@S`: rank 0's local gradients of step S become NaN (before their reduction)."""
         if self._due(step, "nan"):
             self.fired = True
-            return self.rank == FAULTY_RANK["nan"]
-        return False
+            if self.rank == FAULTY_RANK["nan"]:
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.fill_(float("nan"))
 
     def lr_scale(self, step: int, multiplier: float) -> float:
         if self._due(step, "spike"):

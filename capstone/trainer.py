@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -52,17 +51,6 @@ def init_seed(seed: int, rank: int) -> int:
     return seed * 65536 + rank
 
 
-@dataclass
-class RunResult:
-    """What a rank reports back to the launcher."""
-
-    rank: int
-    n_params: int
-    last_step: int
-    rollbacks: int
-    checkpoints: list[int]
-
-
 class Trainer:
     def __init__(self, cfg: TrainConfig, world: World) -> None:
         self.cfg = cfg
@@ -84,10 +72,8 @@ class Trainer:
         self.guard = DivergenceGuard(world, cfg.spike_factor, cfg.max_rollbacks)
         self.faults = FaultInjector(cfg.inject, world.rank)
         self.metrics = MetricsWriter(cfg.out, world.rank, world.size)
-        self.rollbacks = 0
-        self.saved: list[int] = []
 
-    def run(self) -> RunResult:
+    def run(self) -> None:
         """Train up to `cfg.steps`; return once every rank has finished the last step."""
         try:
             step = self._start() + 1
@@ -102,9 +88,7 @@ class Trainer:
                 t0 = time.perf_counter()
                 self.faults.maybe_die(step)
                 loss = self._forward(backward=True)
-                if self.faults.corrupt_gradients(step):
-                    for p in self.model.parameters():
-                        p.grad.fill_(float("nan"))  # type: ignore[union-attr]
+                self.faults.corrupt_gradients(step, self.model.parameters())
                 grad_norm = self.zero.reduce_gradients()
                 reason = self.guard.verdict(step, loss, grad_norm)
                 if reason is not None:
@@ -127,8 +111,6 @@ class Trainer:
                 self._write_summary()
         finally:
             self.metrics.close()
-        return RunResult(self.world.rank, self.n_params, self.cfg.steps, self.rollbacks,
-                         self.saved)
 
     def _start(self) -> int:
         """Broadcast fresh parameters (step 0) or load the resume checkpoint; return its step."""
@@ -154,7 +136,6 @@ class Trainer:
     def _save(self, step: int) -> None:
         self.ckpt.save(step, self.zero.shard_state(),
                        after_shard=lambda: self.faults.maybe_die_saving(step))
-        self.saved.append(step)
 
     def _rollback(self, step: int, reason: str) -> int:
         """Restore the latest complete checkpoint; return the step to run next."""
@@ -164,7 +145,6 @@ class Trainer:
         assert loaded is not None
         self.zero.load_full_state(loaded.full, loaded.optimizer_steps)
         self.metrics.rollback(step, loaded.step, reason)
-        self.rollbacks += 1
         return loaded.step + 1
 
     def _write_summary(self) -> None:
@@ -173,6 +153,6 @@ class Trainer:
         (self.cfg.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
-def train(cfg: TrainConfig, world: World) -> RunResult:
+def train(cfg: TrainConfig, world: World) -> None:
     """Entry point for one rank."""
-    return Trainer(cfg, world).run()
+    Trainer(cfg, world).run()

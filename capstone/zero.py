@@ -112,7 +112,7 @@ class ShardedAdam:
 
 
 class ZeroOneAdam:
-    """ZeRO-1 over the default process group, for the parameters of one model replica.
+    """ZeRO-1 over a data-parallel group, for the parameters of one model replica.
 
     The model's parameters and gradients are views into two flat buffers, so the
     reduce-scatter reads the gradients where backward left them and the all-gather writes
