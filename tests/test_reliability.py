@@ -158,3 +158,11 @@ def test_resume_with_another_model_shape_is_refused(reference_only, tmp_path, ru
     assert main(["--out", str(tmp_path / "r"), "--n-embd", "64", "--resume", str(ckpt)]) == 2
     assert "holds 30080 parameters" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_fault_with_no_checkpoint_to_return_to_gives_up_clearly(reference_only, tmp_path):
+    o = capstone(tmp_path / "run", "--steps", "6", "--checkpoint-every", "0",
+                 "--inject", "nan@5")
+    assert o.returncode == 1, o.reason()
+    assert "nan detected and there is no checkpoint to roll back to" in \
+        o.stderr_tail.splitlines()[0], o.stderr_tail
