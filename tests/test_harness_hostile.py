@@ -76,16 +76,19 @@ def _pytest(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
 
 @pytest.mark.slow
 # ids must not carry the word the nested run selects on, or it would select this test too
-@pytest.mark.parametrize("name, select", [("garbage", "invariant"), ("hang", "no_deadlock")],
-                         ids=["garbage-all-checks", "hang-termination-check"])
-def test_grade_file_is_written_for_a_broken_submission(tmp_path, name, select):
+@pytest.mark.parametrize("name, select, workers", [("garbage", "invariant", "2"),
+                                                   ("hang", "no_deadlock", "0")],
+                         ids=["garbage-all-checks-xdist", "hang-termination-check"])
+def test_grade_file_is_written_for_a_broken_submission(tmp_path, name, select, workers):
     grade = tmp_path / "results.json"
     # Only the invariant modules are collected: the grading flow never imports the reference.
     modules = sorted(str(p) for p in (ROOT / "tests").glob("test_invariant_*.py"))
-    proc = _pytest(*modules, "-k", select, "--impl", " ".join(impl(name)),
+    proc = _pytest(*modules, "-n", workers, "-k", select, "--impl", " ".join(impl(name)),
                    "--run-timeout", str(BOUND), "--grade-json", str(grade))
     assert proc.returncode == 1, proc.stdout[-2000:]
     results = json.loads(grade.read_text())
+    selected = [ln for ln in proc.stdout.splitlines() if ln.startswith("FAILED ")]
+    assert len(results["tests"]) == len(selected) > 0, "every graded test is in the file"
     assert results["score"] == 0 and isinstance(results["execution_time"], float)
     assert results["tests"] and all(t["status"] == "failed" and t["score"] == 0
                                     for t in results["tests"])

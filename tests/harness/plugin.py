@@ -34,12 +34,19 @@ class SuiteReport:
         self.matrix: list[dict[str, Any]] = []
         self.left_behind: list[int] = []
 
+    def _graded(self, nodeids: list[str]) -> None:
+        for nodeid in nodeids:
+            name = graded_name(nodeid)
+            if name:
+                self.collected[nodeid] = name
+
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        for item in items:
-            name = graded_name(item.nodeid)
-            if name:
-                self.collected[item.nodeid] = name
+        self._graded([item.nodeid for item in items])  # a single process collects itself
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self._graded(list(ids))  # under xdist only the workers collect: take their lists
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         failed = report.failed or (report.when == "call" and report.outcome != "passed")
