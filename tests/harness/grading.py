@@ -42,15 +42,17 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
     for name in collected.values():
         per_module[name] = per_module.get(name, 0) + 1
     tests = []
+    total = 0.0
     for nodeid, name in sorted(collected.items()):
         max_score = WEIGHTS[name] / per_module[name]
         res = outcomes.get(nodeid, {"status": "failed", "output": "did not run to completion"})
         passed = res["status"] == "passed"
+        total += max_score if passed else 0.0
         tests.append({"name": nodeid, "score": round(max_score if passed else 0.0, 4),
                       "max_score": round(max_score, 4),
                       "status": "passed" if passed else "failed",
                       "output": res.get("output", ""), "visibility": "visible"})
-    results = {"score": round(sum(t["score"] for t in tests), 4),
+    results = {"score": round(total, 4),  # summed before rounding: 100, not 100.0001
                "execution_time": round(elapsed_s, 3), "tests": tests}
     path.write_text(json.dumps(results, indent=2) + "\n")
     return results

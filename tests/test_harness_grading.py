@@ -1,0 +1,35 @@
+"""The Gradescope results file: weights shared per module, totals, missing reports."""
+
+from __future__ import annotations
+
+import json
+
+from tests.harness.grading import WEIGHTS, graded_name, write_results
+
+
+def test_weights_total_100_and_only_graded_modules_count():
+    assert sum(WEIGHTS.values()) == 100
+    assert graded_name("tests/test_invariant_no_deadlock.py::test_x[base]") == "no_deadlock"
+    assert graded_name("tests/test_fault_rollback.py::test_y[nan-12]") == "rollback"
+    assert graded_name("tests/test_fault_mutants.py::test_z") is None
+    assert graded_name("tests/test_zero.py::test_w") is None
+
+
+def test_scores_split_per_module_and_add_up_exactly(tmp_path):
+    collected = {f"tests/test_invariant_single_process_parity.py::t[{i}]": "single_process_parity"
+                 for i in range(3)}
+    collected["tests/test_invariant_zero1_memory.py::t"] = "zero1_memory"
+    outcomes = {n: {"status": "passed", "output": ""} for n in collected}
+    results = write_results(tmp_path / "r.json", collected, outcomes, 1.5)
+    assert results["score"] == WEIGHTS["single_process_parity"] + WEIGHTS["zero1_memory"]
+    assert json.loads((tmp_path / "r.json").read_text()) == results
+    assert {t["max_score"] for t in results["tests"]} == \
+        {round(WEIGHTS["single_process_parity"] / 3, 4), WEIGHTS["zero1_memory"]}
+
+
+def test_a_test_that_never_reported_scores_0(tmp_path):
+    collected = {"tests/test_invariant_no_deadlock.py::t": "no_deadlock"}
+    results = write_results(tmp_path / "r.json", collected, {}, 0.0)
+    [test] = results["tests"]
+    assert (results["score"], test["status"], test["output"]) == \
+        (0, "failed", "did not run to completion")
