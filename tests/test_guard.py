@@ -41,20 +41,22 @@ def test_three_rollbacks_in_a_row_then_give_up(guard):
         guard.rolled_back(16, 10, "spike")
 
 
-def test_replaying_up_to_the_failed_step_keeps_the_streak(guard):
+def _three_rollbacks_then_replay(guard: DivergenceGuard, up_to: int) -> None:
+    """Roll back three times from step 16 to 10, then replay healthy steps 11..up_to."""
     for _ in range(3):
         guard.rolled_back(16, 10, "spike")
-    for step in range(11, 16):
+    for step in range(11, up_to + 1):
         guard.accept(step, 1.0)
+
+
+def test_replaying_up_to_the_failed_step_keeps_the_streak(guard):
+    _three_rollbacks_then_replay(guard, up_to=15)
     with pytest.raises(DivergenceError):
         guard.rolled_back(16, 10, "spike")
 
 
 def test_getting_past_the_failed_step_resets_the_streak(guard):
-    for _ in range(3):
-        guard.rolled_back(16, 10, "spike")
-    for step in range(11, 17):
-        guard.accept(step, 1.0)
+    _three_rollbacks_then_replay(guard, up_to=16)
     for _ in range(3):
         guard.rolled_back(18, 10, "nan")  # a new streak: no error
 
