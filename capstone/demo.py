@@ -23,7 +23,7 @@ from capstone.cli import run
 from capstone.config import TrainConfig
 from capstone.guard import DivergenceError
 from capstone.launch import LaunchError
-from capstone.metrics import read_jsonl
+from capstone.metrics import Records, read_run
 from capstone.zero import ShardLayout
 
 COMPARED = ("loss", "grad_norm", "param_norm", "optimizer_bytes")  # step_time_s is wall time
@@ -33,18 +33,7 @@ class VerificationError(RuntimeError):
     pass
 
 
-def _records(run_dir: Path, world_size: int) -> dict[int, dict[int, dict]]:
-    """rank -> step -> last record of that step (a replayed step's last record counts)."""
-    out: dict[int, dict[int, dict]] = {}
-    for rank in range(world_size):
-        steps = out.setdefault(rank, {})
-        for rec in read_jsonl(run_dir / "metrics" / f"rank-{rank}.jsonl"):
-            if "event" not in rec:
-                steps[rec["step"]] = rec
-    return out
-
-
-def print_loss_table(recs: dict[int, dict[int, dict]], steps: int) -> None:
+def print_loss_table(recs: Records, steps: int) -> None:
     print(f"{'step':>4}  {'loss':>10}  {'grad norm':>10}  {'step time':>10}")
     for s in range(1, steps + 1):
         r = recs[0][s]
@@ -52,7 +41,7 @@ def print_loss_table(recs: dict[int, dict[int, dict]], steps: int) -> None:
               f"{r['step_time_s'] * 1e3:>8.2f}ms")
 
 
-def print_memory_profile(recs: dict[int, dict[int, dict]], cfg: TrainConfig,
+def print_memory_profile(recs: Records, cfg: TrainConfig,
                          n_params: int) -> bool:
     layout = ShardLayout(n_params, cfg.world_size)
     formula = layout.optimizer_bytes_per_rank
@@ -78,7 +67,7 @@ def print_manifest(ckpt: Path) -> None:
 
 def verify_resume(main_dir: Path, resumed_dir: Path, cfg: TrainConfig, from_step: int) -> None:
     """Steps after `from_step` bit-identical, and the final checkpoints' sha256 identical."""
-    a, b = _records(main_dir, cfg.world_size), _records(resumed_dir, cfg.world_size)
+    a, b = read_run(main_dir, cfg.world_size)[0], read_run(resumed_dir, cfg.world_size)[0]
     for rank in range(cfg.world_size):
         for s in range(from_step + 1, cfg.steps + 1):
             for key in COMPARED:
@@ -110,7 +99,7 @@ def main(argv: Sequence[str]) -> int:
         run(cfg)
         t1 = time.perf_counter()
         summary = json.loads((cfg.out / "summary.json").read_text())
-        recs = _records(cfg.out, cfg.world_size)
+        recs, _ = read_run(cfg.out, cfg.world_size)
         print(f"trained {cfg.steps} steps on {cfg.world_size} gloo ranks with ZeRO-1 "
               f"in {t1 - t0:.2f}s\n")
         print_loss_table(recs, cfg.steps)

@@ -39,3 +39,20 @@ class MetricsWriter:
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of one metrics file (the reference's own, trusted output)."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+Records = dict[int, dict[int, dict[str, Any]]]
+
+
+def read_run(run_dir: Path, world_size: int) -> tuple[Records, list[dict[str, Any]]]:
+    """(records[rank][step], rank 0's events) of a run; a replayed step's last record counts."""
+    records: Records = {}
+    events: list[dict[str, Any]] = []
+    for rank in range(world_size):
+        steps = records.setdefault(rank, {})
+        for rec in read_jsonl(run_dir / "metrics" / f"rank-{rank}.jsonl"):
+            if "event" not in rec:
+                steps[rec["step"]] = rec
+            elif rank == 0:
+                events.append(rec)
+    return records, events

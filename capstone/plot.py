@@ -14,25 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from capstone.metrics import read_jsonl
+from capstone.metrics import Records, read_run
 from capstone.zero import ShardLayout
-
-Records = dict[int, dict[int, dict[str, Any]]]
 
 
 def load_run(run_dir: Path) -> tuple[Records, list[dict[str, Any]], dict[str, Any]]:
     """(records[rank][step] with the last record counting, rollback events, summary)."""
     summary = json.loads((run_dir / "summary.json").read_text())
-    records: Records = {}
-    events: list[dict[str, Any]] = []
-    for rank in range(summary["world_size"]):
-        for rec in read_jsonl(run_dir / "metrics" / f"rank-{rank}.jsonl"):
-            if "event" in rec:
-                if rank == 0:
-                    events.append(rec)
-            else:
-                records.setdefault(rank, {})[rec["step"]] = rec
-    return records, events, summary
+    return (*read_run(run_dir, summary["world_size"]), summary)
 
 
 def plot_run(run_dir: Path, out: Path) -> Path:
