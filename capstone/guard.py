@@ -58,17 +58,10 @@ class FaultInjector:
             return multiplier
         return 1.0
 
-    def maybe_die_saving(self, step: int) -> None:
-        """`killsave@S`: rank 1 is SIGKILLed after writing its shard of checkpoint S, before
-        the checkpoint is complete (the previous one must survive intact)."""
-        if self._due(step, "killsave"):
-            self.fired = True
-            if self.rank == FAULTY_RANK["killsave"]:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    def maybe_die(self, step: int) -> None:
-        """`crash@S`: rank 1 raises; `kill@S`: rank 1 is SIGKILLed (no clean-up at all)."""
-        for kind in ("crash", "kill"):
+    def maybe_die(self, step: int, kinds: tuple[str, ...] = ("crash", "kill")) -> None:
+        """`crash@S`: rank 1 raises; `kill@S`: rank 1 is SIGKILLed (no clean-up at all);
+        `killsave@S` (asked for while checkpoint S is half written): SIGKILLed there."""
+        for kind in kinds:
             if self._due(step, kind):
                 self.fired = True
                 if self.rank != FAULTY_RANK[kind]:

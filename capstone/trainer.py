@@ -135,7 +135,7 @@ class Trainer:
 
     def _save(self, step: int) -> None:
         self.ckpt.save(step, self.zero.shard_state(),
-                       after_shard=lambda: self.faults.maybe_die_saving(step))
+                       after_shard=lambda: self.faults.maybe_die(step, kinds=("killsave",)))
 
     def _rollback(self, step: int, reason: str) -> int:
         """Restore the latest complete checkpoint; return the step to run next."""
