@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import NoReturn
 
 # Only torch-free imports here: a bad flag or --help answers at once, without importing torch.
-from capstone.config import GPTConfig, TrainConfig, parse_fault
-from capstone.config import launched_by_torchrun as under_torchrun
+from capstone.config import GPTConfig, TrainConfig, parse_fault, under_torchrun
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1

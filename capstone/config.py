@@ -78,6 +78,6 @@ def parse_fault(text: str) -> Fault:
     return Fault(kind=m["kind"], step=int(m["step"]))
 
 
-def launched_by_torchrun() -> bool:
+def under_torchrun() -> bool:
     """True when an external launcher (torchrun) already made this process one rank."""
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from capstone.config import launched_by_torchrun as under_torchrun
+from capstone.config import under_torchrun
 from capstone.world import World
 
 RankFn = Callable[[World], Any]
