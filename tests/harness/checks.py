@@ -249,16 +249,19 @@ def _same_trajectory(inv: str, a: Run, b: Run, steps: range, what: str) -> list[
     return out
 
 
+def _shard_hashes(manifest: dict[str, Any]) -> dict[Any, Any]:
+    """rank -> sha256 of a manifest's (well-formed) shard entries."""
+    return {e.get("rank"): e.get("sha256") for e in manifest.get("shards", [])
+            if isinstance(e, dict)}
+
+
 def _same_final_shards(inv: str, a: Run, b: Run, step: int, what: str) -> list[Violation]:
     ca, cb = a.parsed.checkpoints.get(step), b.parsed.checkpoints.get(step)
     if cb is None or not isinstance(cb.manifest, dict):
         return [Violation(inv, None, step, f"a step-{step} checkpoint in the {what}", "none")]
     if ca is None or not isinstance(ca.manifest, dict):
         return []  # reported against the reference run by check_checkpoint_files
-    sha_a = {e.get("rank"): e.get("sha256") for e in ca.manifest.get("shards", [])
-             if isinstance(e, dict)}
-    sha_b = {e.get("rank"): e.get("sha256") for e in cb.manifest.get("shards", [])
-             if isinstance(e, dict)}
+    sha_a, sha_b = _shard_hashes(ca.manifest), _shard_hashes(cb.manifest)
     return [Violation(inv, r, step, f"sha256 {sha_a[r]}", sha_b.get(r),
                       f"{what}'s step-{step} shard differs")
             for r in sorted(k for k in sha_a if isinstance(k, int)) if sha_a[r] != sha_b.get(r)]
