@@ -4,7 +4,6 @@ clear refusals of missing, corrupt or hostile files."""
 from __future__ import annotations
 
 import json
-import pickle
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from capstone.checkpoint import (
     step_dir_name,
 )
 from capstone.world import World
+from tests.harness.corrupt import plant_code_in_shard
 
 P = 37
 
@@ -84,19 +84,9 @@ def test_bad_manifest_is_refused(saved, text, message):
         load_checkpoint(path)
 
 
-class _Evil:
-    def __reduce__(self):
-        return (print, ("this shard ran code",))
-
-
 def test_pickle_carrying_code_is_refused_by_weights_only(saved, capsys):
     path, _ = saved
-    shard_path = path / "rank-0.pt"
-    with open(shard_path, "wb") as f:
-        pickle.dump({"master": _Evil()}, f, protocol=2)
-    manifest = json.loads((path / "manifest.json").read_text())
-    manifest["shards"][0]["sha256"] = sha256_file(shard_path)  # a consistent, hostile file
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    plant_code_in_shard(path / "rank-0.pt", "this shard ran code")  # consistent, hostile
     with pytest.raises(CheckpointError, match=r"rank-0\.pt: cannot be loaded with weights_only"):
         load_checkpoint(path)
     assert "ran code" not in capsys.readouterr().out

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import re
 import shutil
 import sys
@@ -18,6 +17,7 @@ import pytest
 from capstone.checkpoint import load_checkpoint
 from capstone.cli import main
 from tests.harness.checks import PARITY_LOSS_RTOL, Run
+from tests.harness.corrupt import plant_code_in_shard
 from tests.harness.parse import parse_run
 from tests.harness.runner import Outcome, processes_with_token, run_command
 from tests.harness.runs import BASE
@@ -84,20 +84,6 @@ def _truncate(shard: Path) -> None:
     shard.write_bytes(shard.read_bytes()[:1000])
 
 
-class _Evil:
-    def __reduce__(self) -> tuple[object, tuple[str]]:
-        return (print, ("pwned",))
-
-
-def _pickle_with_code(shard: Path) -> None:
-    with open(shard, "wb") as f:
-        pickle.dump({"master": _Evil()}, f, protocol=2)
-    manifest_path = shard.parent / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    manifest["shards"][2]["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
-    manifest_path.write_text(json.dumps(manifest))
-
-
 def _manifest_without(key: str) -> Callable[[Path], None]:
     def edit(shard: Path) -> None:
         path = shard.parent / "manifest.json"
@@ -114,7 +100,8 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
     "manifest_not_json": (lambda s: (s.parent / "manifest.json").write_text("{oops"),
                           r"manifest.json: not valid JSON"),
     "manifest_lacks_key": (_manifest_without("n_params"), r"key 'n_params' missing"),
-    "pickle_with_code": (_pickle_with_code, r"rank-2.pt: cannot be loaded with weights_only"),
+    "pickle_with_code": (lambda s: plant_code_in_shard(s, "pwned"),
+                         r"rank-2.pt: cannot be loaded with weights_only"),
 }
 
 
