@@ -1,8 +1,10 @@
 """Divergence guard and fault injection.
 
-The guard looks at each step's loss and gradient norm *before* the update is applied:
-a non-finite value or a loss more than `spike_factor` x the previous step's is bad. The
-verdict is taken collectively, so every rank rolls back together or none does.
+The guard looks at each step's global loss and gradient norm before the step is kept: a
+non-finite value or a loss more than `spike_factor` x the previous step's is bad. Every rank
+holds the same two floats (capstone.zero reduces the same gathered bytes in the same order
+everywhere) and the same history, so every rank reaches the same verdict without another
+collective, and all roll back together or none does.
 """
 
 from __future__ import annotations
@@ -16,11 +18,9 @@ from dataclasses import dataclass, field
 import torch
 
 from capstone.config import Fault
-from capstone.world import World
 
 # spike affects every rank's update; killsave kills rank 1 while it writes checkpoint S
 FAULTY_RANK = {"nan": 0, "crash": 1, "kill": 1, "killsave": 1}
-_REASONS: tuple[str | None, ...] = (None, "spike", "nan")  # by severity
 
 
 class DivergenceError(RuntimeError):
@@ -75,7 +75,6 @@ class FaultInjector:
 class DivergenceGuard:
     """Bad-step detector with a consecutive-rollback budget."""
 
-    world: World
     spike_factor: float = 2.0
     max_rollbacks: int = 3
     losses: dict[int, float] = field(default_factory=dict)
@@ -83,7 +82,8 @@ class DivergenceGuard:
     _failed_at: int = 0
 
     def verdict(self, step: int, loss: float, grad_norm: float | None) -> str | None:
-        """'nan', 'spike' or None for `step`, decided alike on every rank."""
+        """'nan', 'spike' or None for `step`; a pure function of the rank-identical
+        inputs and history, so every rank decides alike."""
         reason = None
         if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
             reason = "nan"
@@ -91,8 +91,7 @@ class DivergenceGuard:
             prev = self.losses.get(step - 1)
             if prev is not None and loss > self.spike_factor * prev:
                 reason = "spike"
-        # Inputs are all-reduced already, but the decision itself must never differ by rank.
-        return _REASONS[self.world.max(_REASONS.index(reason))]
+        return reason
 
     def accept(self, step: int, loss: float) -> None:
         """Record a healthy step; passing the step that failed ends a rollback streak."""

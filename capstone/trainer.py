@@ -1,10 +1,10 @@
 """The training loop. It composes the parts through their narrow interfaces only: it never
 calls a collective on gradients or parameters and never sees the rendezvous.
 
-Checkpoints are committed one forward pass late: the state after step s is saved only once
-step s+1's loss and gradients have passed the divergence guard (and after the last step, a
-look-ahead forward pass plays that role). A bad update therefore never reaches a checkpoint,
-so a rollback always lands on healthy state.
+Checkpoints are committed one step late: the state after step s is copied when s is due,
+and written only once step s+1's loss and gradients have passed the divergence guard (after
+the last step, a look-ahead forward pass plays that role). A bad update therefore never
+reaches a checkpoint, so a rollback always lands on healthy state.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Trainer:
         self.ckpt = CheckpointManager(cfg.out / "checkpoints", world, self.n_params,
                                       cfg.checkpoint_every, cfg.checkpoint_every_seconds,
                                       fallback=cfg.resume)
-        self.guard = DivergenceGuard(world, cfg.spike_factor, cfg.max_rollbacks)
+        self.guard = DivergenceGuard(cfg.spike_factor, cfg.max_rollbacks)
         self.faults = FaultInjector(cfg.inject, world.rank)
         self.metrics = MetricsWriter(cfg.out, world.rank, world.size)
 
@@ -77,36 +77,37 @@ class Trainer:
         """Train up to `cfg.steps`; return once every rank has finished the last step."""
         try:
             step = self._start() + 1
-            pending: int | None = None  # a checkpoint waiting for the next healthy forward
+            # A checkpoint waiting for the next healthy step: (its step, this rank's shard).
+            pending: tuple[int, dict[str, Any]] | None = None
             while True:
                 if step > self.cfg.steps:
-                    reason = self.guard.verdict(step, self._forward(backward=False), None)
+                    reason = self.guard.verdict(step, self._lookahead_loss(), None)
                     if reason is None:
                         break
                     step, pending = self._rollback(step, reason), None
                     continue
                 t0 = time.perf_counter()
                 self.faults.maybe_die(step)
-                loss = self._forward(backward=True)
+                local_loss = self._forward_backward()
                 self.faults.corrupt_gradients(step, self.model.parameters())
-                grad_norm = self.zero.reduce_gradients()
+                loss, grad_norm = self.zero.step(
+                    local_loss, self.faults.lr_scale(step, self.cfg.spike_lr_multiplier))
                 reason = self.guard.verdict(step, loss, grad_norm)
                 if reason is not None:
                     step, pending = self._rollback(step, reason), None
                     continue
                 if pending is not None:
-                    self._save(pending)
+                    self._save(*pending)
                     pending = None
-                self.zero.step(self.faults.lr_scale(step, self.cfg.spike_lr_multiplier))
                 self.guard.accept(step, loss)
                 self.metrics.step(step, self.zero.param_norm(), self.zero.optimizer_bytes(),
                                   loss=loss, grad_norm=grad_norm,
                                   step_time_s=time.perf_counter() - t0)
                 if self.ckpt.due(step):
-                    pending = step
+                    pending = (step, self.zero.shard_state())
                 step += 1
             if pending is not None:
-                self._save(pending)
+                self._save(*pending)
             if self.world.rank == 0:
                 self._write_summary()
         finally:
@@ -122,19 +123,20 @@ class Trainer:
         self.metrics.step(0, self.zero.param_norm(), self.zero.optimizer_bytes())
         return 0
 
-    def _forward(self, backward: bool) -> float:
-        """Global mean loss of the rank-local batch; with `backward`, local grads too."""
-        if backward:
-            self.zero.zero_grad()
-            return self.world.mean(accumulate_gradients(self.model, self.x, self.y,
-                                                        self.cfg.micro_batches))
+    def _forward_backward(self) -> torch.Tensor:
+        """This rank's loss on its batch, with its local gradients left in ZeRO's buffer."""
+        self.zero.zero_grad()
+        return accumulate_gradients(self.model, self.x, self.y, self.cfg.micro_batches)
+
+    def _lookahead_loss(self) -> float:
+        """Global mean loss of the final parameters (no update follows)."""
         with torch.no_grad():
             _, loss = self.model(self.x, self.y)
         assert loss is not None
         return self.world.mean(loss)
 
-    def _save(self, step: int) -> None:
-        self.ckpt.save(step, self.zero.shard_state(),
+    def _save(self, step: int, shard: dict[str, Any]) -> None:
+        self.ckpt.save(step, shard,
                        after_shard=lambda: self.faults.maybe_die(step, kinds=("killsave",)))
 
     def _rollback(self, step: int, reason: str) -> int:

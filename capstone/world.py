@@ -1,6 +1,6 @@
 """The handful of collectives the training loop needs, behind a narrow object.
 
-The loop sees a `World` (rank, size, mean, max, barrier); the rendezvous and the process
+The loop sees a `World` (rank, size, mean, barrier); the rendezvous and the process
 group stay in `capstone.launch`, and the gradient/parameter traffic stays in `capstone.zero`.
 """
 
@@ -28,13 +28,6 @@ class World:
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
             t /= self.size
         return float(t.item())
-
-    def max(self, value: int) -> int:
-        """Largest of the ranks' integers, on every rank: a decision every rank takes alike."""
-        t = torch.tensor([value], dtype=torch.int64, device=self.device)
-        if self.size > 1:
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t.item())
 
     def broadcast_flag(self, flag: bool) -> bool:
         """Rank 0's `flag` on every rank (for decisions such as a wall-clock deadline)."""

@@ -4,7 +4,8 @@ Rank r owns the contiguous slice [r*S, (r+1)*S) of the vector padded to N*S, S =
 and holds for it an fp32 master copy and Adam's two moments: 3 * 4 * S = 12*ceil(P/N) bytes.
 One step: reduce-scatter the gradients (each owner receives the average of its slice),
 Adam (torch's own update routine) on the slice, all-gather the updated slices into every
-rank's model.
+rank's model. Both collectives are written here as single all-to-all rounds (see
+`reduce_scatter_mean`); the step's loss and gradient norm ride in the all-gather.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -111,6 +113,37 @@ class ShardedAdam:
         self.step_count.fill_(float(step))
 
 
+def reduce_scatter_mean(out: torch.Tensor, flat: torch.Tensor, size: int,
+                        group: Any = None) -> None:
+    """Average `flat` (size * S elements) over the group's ranks; keep this rank's slice.
+
+    The direct algorithm: one all-to-all in which rank j receives every rank's slice j,
+    then a local sum in rank order. gloo's own `reduce_scatter_tensor` runs a whole ring
+    all-reduce, 2(N-1) rounds in which each rank waits for its neighbour; with more ranks
+    than cores every round also waits for the scheduler, and one round is 2-3x faster
+    (bench/collectives.py measures both).
+    """
+    if size == 1:
+        out.copy_(flat)
+        return
+    received = torch.empty_like(flat)
+    dist.all_to_all_single(received, flat, group=group)
+    torch.sum(received.view(size, -1), dim=0, out=out)
+    out /= size
+
+
+def all_gather(out: torch.Tensor, piece: torch.Tensor, size: int, group: Any = None) -> None:
+    """Every rank's `piece` in rank order, in `out` (size * len(piece) elements).
+
+    Also one all-to-all round (each rank sends its piece to every rank) rather than gloo's
+    `all_gather_into_tensor` ring of N-1 dependent hops, for the reason given above.
+    """
+    if size == 1:
+        out.copy_(piece)
+        return
+    dist.all_to_all_single(out, piece.repeat(size), group=group)
+
+
 class ZeroOneAdam:
     """ZeRO-1 over a data-parallel group, for the parameters of one model replica.
 
@@ -132,6 +165,10 @@ class ZeroOneAdam:
         self.device = self.params[0].device
         self._bind_buffers()
         self._grad_shard = torch.zeros(self.layout.shard_size, device=self.device)
+        # All-gather payload: the slice, then the step's float64 scalars as pairs of fp32 words.
+        n_stats = 2 if tp_mask is None else 3
+        self._send = torch.zeros(self.layout.shard_size + 2 * n_stats, device=self.device)
+        self._recv = torch.zeros(self.size * self._send.numel(), device=self.device)
         self.shard = ShardedAdam(self._own(self._flat), lr, betas, eps)
         self._tp_mask = None
         if tp_mask is not None:
@@ -177,38 +214,47 @@ class ZeroOneAdam:
             dist.broadcast(self._flat, group=self.group, group_src=0)
         self.shard.master.copy_(self._own(self._flat))
 
-    def reduce_gradients(self) -> float:
-        """Reduce-scatter the local gradients (averaged); return the global gradient L2 norm."""
-        flat = self._flat_grads()
-        if self.size > 1:
-            dist.reduce_scatter_single(self._grad_shard, flat, op=dist.ReduceOp.SUM,
-                                       group=self.group)
-            self._grad_shard /= self.size
-        else:
-            self._grad_shard.copy_(flat)
-        g2 = self._grad_shard.to(torch.float64).square()
-        if self._tp_mask is None:
-            sq = g2.sum().reshape(1)
-            if self.size > 1:
-                dist.all_reduce(sq, op=dist.ReduceOp.SUM, group=self.group)
-            return float(sq.sqrt().item())
-        parts = torch.stack([g2[~self._tp_mask].sum(), g2[self._tp_mask].sum()])
-        if self.size > 1:
-            dist.all_reduce(parts, op=dist.ReduceOp.SUM, group=self.group)
-        own_heads = parts[1:].clone()
-        dist.all_reduce(own_heads, op=dist.ReduceOp.SUM, group=self.tp_group)
-        return float((parts[0] + own_heads[0]).sqrt().item())
+    def step(self, local_loss: torch.Tensor, lr_scale: float = 1.0) -> tuple[float, float]:
+        """One ZeRO-1 step from this rank's local gradients: reduce-scatter them (each owner
+        gets the average of its slice), Adam on the slice, all-gather the updated slices into
+        every rank's parameters. Returns the global mean loss and the global gradient norm.
 
-    def step(self, lr_scale: float = 1.0) -> None:
-        """Adam on this rank's shard, then all-gather so every rank holds the same parameters."""
+        The step's scalars travel inside the all-gather instead of in collectives of their
+        own (on gloo a collective's fixed cost dwarfs a few bytes), so they are known only
+        once the update is applied: a caller that rejects the step restores a checkpoint,
+        as the divergence guard's rollback does. Every rank reduces the same gathered bytes
+        in the same order, so every rank gets the same two floats.
+        """
+        reduce_scatter_mean(self._grad_shard, self._flat_grads(), self.size, self.group)
+        stats = self._local_stats(local_loss)
         self.shard.update(self._grad_shard, lr_scale)
-        self._gather()
+        self._send[:self.layout.shard_size] = self.shard.master
+        self._send[self.layout.shard_size:] = stats.view(torch.float32)
+        all_gather(self._recv, self._send, self.size, self.group)
+        rows = self._recv.view(self.size, -1)
+        self._unpack_parameters(rows[:, :self.layout.shard_size])
+        gathered = rows[:, self.layout.shard_size:].contiguous().view(torch.float64)  # (N, k)
+        totals = gathered.sum(dim=0)
+        loss = float(totals[0] / self.size)
+        if self._tp_mask is None:
+            return loss, float(totals[1].sqrt())
+        own_heads = totals[2:].clone()  # each tp rank holds other heads: add theirs once
+        dist.all_reduce(own_heads, op=dist.ReduceOp.SUM, group=self.tp_group)
+        return loss, float((totals[1] + own_heads[0]).sqrt())
 
-    def _gather(self) -> None:
-        if self.size > 1:
-            dist.all_gather_single(self._flat, self.shard.master, group=self.group)
-        else:
-            self._flat.copy_(self.shard.master)
+    def _local_stats(self, local_loss: torch.Tensor) -> torch.Tensor:
+        """[local loss, squared norm of this rank's averaged gradient slice] in float64;
+        under tensor parallelism the square is split into replicated and own-head parts."""
+        g2 = self._grad_shard.to(torch.float64).square()
+        loss = local_loss.detach().to(torch.float64).reshape(1)
+        if self._tp_mask is None:
+            return torch.cat([loss, g2.sum().reshape(1)])
+        return torch.cat([loss, g2[~self._tp_mask].sum().reshape(1),
+                          g2[self._tp_mask].sum().reshape(1)])
+
+    def _unpack_parameters(self, slices: torch.Tensor) -> None:
+        """Write the gathered (N, S) parameter slices into the flat vector the model views."""
+        self._flat.view(self.size, -1).copy_(slices)
 
     # -- what the metrics and the checkpoint see -----------------------------------------------
     def param_norm(self) -> float:
@@ -238,4 +284,5 @@ class ZeroOneAdam:
             buf[:vec.numel()] = vec.to(self.device)
             padded[name] = self._own(buf)
         self.shard.load(padded["master"], padded["exp_avg"], padded["exp_avg_sq"], step)
-        self._gather()
+        # Every rank holds the full master vector: no collective needed to fill the model.
+        self._flat[:self.layout.n_params] = full["master"].to(self.device)

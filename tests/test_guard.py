@@ -8,12 +8,11 @@ import pytest
 
 from capstone.config import Fault, parse_fault
 from capstone.guard import DivergenceError, DivergenceGuard
-from capstone.world import World
 
 
 @pytest.fixture
 def guard() -> DivergenceGuard:
-    return DivergenceGuard(World(0, 1), spike_factor=2.0, max_rollbacks=3)
+    return DivergenceGuard(spike_factor=2.0, max_rollbacks=3)
 
 
 @pytest.mark.parametrize("loss, grad_norm, expected", [

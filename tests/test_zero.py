@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capstone.launch import run_ranks
 from capstone.world import Parallelism, World
-from capstone.zero import ShardedAdam, ShardLayout, ZeroOneAdam
+from capstone.zero import ShardedAdam, ShardLayout, ZeroOneAdam, all_gather, reduce_scatter_mean
 
 
 @given(p=st.integers(1, 200_000), n=st.integers(1, 16))
@@ -68,16 +69,16 @@ def test_sharded_adam_equals_torch_adam_bitwise(p, n, steps, lr, seed):
 
 
 def _zero_step_on_rank(world: World, p: int, seed: int) -> tuple[list[float], list[float]]:
-    """Each rank: its own gradient; returns the params after one step, and its grad norm."""
+    """Each rank: its own gradient and loss; returns the params after one step, and the
+    step's global loss, grad norm and this rank's optimizer bytes."""
     torch.manual_seed(seed)
     param = torch.nn.Parameter(torch.randn(p) * (world.rank + 1))  # broadcast must fix this
     zero = ZeroOneAdam([param], Parallelism(dp_rank=world.rank, dp_size=world.size), lr=0.01)
     zero.broadcast_parameters()
     zero.zero_grad()
     (param * (world.rank + 1)).sum().backward()  # lands in ZeRO's flat gradient buffer
-    norm = zero.reduce_gradients()
-    zero.step()
-    return param.detach().tolist(), [norm, zero.optimizer_bytes()]
+    loss, norm = zero.step(torch.tensor(float(world.rank + 1)))
+    return param.detach().tolist(), [loss, norm, zero.optimizer_bytes()]
 
 
 @pytest.mark.slow
@@ -91,8 +92,9 @@ def test_zero_step_over_gloo_matches_adam_on_the_averaged_gradient(tmp_path: Pat
     mean_grad = sum(r + 1 for r in range(n)) / n
     param.grad = torch.full((p,), mean_grad)
     adam.step()
-    for rank, (params, (norm, nbytes)) in enumerate(results):
+    for rank, (params, (loss, norm, nbytes)) in enumerate(results):
         torch.testing.assert_close(torch.tensor(params), param.detach(), msg=f"rank {rank}")
+        assert loss == mean_grad, f"rank {rank}: global loss {loss}, expected {mean_grad}"
         torch.testing.assert_close(norm, mean_grad * p ** 0.5)
         assert nbytes == 12 * -(-p // n), f"rank {rank}"
 
@@ -102,4 +104,30 @@ def test_model_zero_grad_is_refused_loudly():
     zero = ZeroOneAdam([param], Parallelism(dp_rank=0, dp_size=1), lr=0.1)
     param.grad = None  # what model.zero_grad(set_to_none=True) does
     with pytest.raises(RuntimeError, match="left ZeRO's flat buffer"):
-        zero.reduce_gradients()
+        zero.step(torch.tensor(1.0))
+
+
+def _collectives_on_rank(world: World, shard: int, seed: int) -> dict[str, list[float]]:
+    """Ours and torch's reduce-scatter and all-gather on the same random inputs."""
+    g = torch.Generator().manual_seed(seed + world.rank)
+    flat = torch.randn(world.size * shard, generator=g)
+    piece = torch.randn(shard, generator=g)
+    ours_rs, theirs_rs = torch.empty(shard), torch.empty(shard)
+    reduce_scatter_mean(ours_rs, flat, world.size)
+    dist.reduce_scatter_single(theirs_rs, flat.clone())
+    ours_ag, theirs_ag = torch.empty(world.size * shard), torch.empty(world.size * shard)
+    all_gather(ours_ag, piece, world.size)
+    dist.all_gather_single(theirs_ag, piece)
+    return {"ours_rs": ours_rs.tolist(), "theirs_rs": (theirs_rs / world.size).tolist(),
+            "ours_ag": ours_ag.tolist(), "theirs_ag": theirs_ag.tolist()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2, 3])
+def test_direct_collectives_match_torch_distributed(tmp_path: Path, n):
+    results = run_ranks(functools.partial(_collectives_on_rank, shard=5, seed=7), n,
+                        tmp_path, 20.0)
+    for rank, r in enumerate(results):
+        # A sum in another order may round differently; the gather moves bytes only.
+        torch.testing.assert_close(r["ours_rs"], r["theirs_rs"], msg=f"rank {rank}")
+        assert r["ours_ag"] == r["theirs_ag"], f"rank {rank}"

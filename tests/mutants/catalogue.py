@@ -44,28 +44,45 @@ def no_broadcast() -> None:
 
 
 def no_allgather() -> None:
-    def own_slice_only(out: torch.Tensor, shard: torch.Tensor, *a: Any, **k: Any) -> None:
-        r = dist.get_rank()
-        out[r * shard.numel():(r + 1) * shard.numel()].copy_(shard)  # others stay stale
-    _zero_dist(all_gather_single=own_slice_only)
+    """The updated slices of the other ranks never reach this rank's parameters."""
+    def own_slice_only(self: zero.ZeroOneAdam, slices: torch.Tensor) -> None:
+        self._flat.view(self.size, -1)[self.rank].copy_(slices[self.rank])
+    zero.ZeroOneAdam._unpack_parameters = own_slice_only  # type: ignore[method-assign]
 
 
 def local_gradient() -> None:
-    def no_reduction(out: torch.Tensor, flat: torch.Tensor, *a: Any, **k: Any) -> None:
-        r, n = dist.get_rank(), dist.get_world_size()
-        out.copy_(flat[r * out.numel():(r + 1) * out.numel()] * n)  # zero divides by n
-    _zero_dist(reduce_scatter_single=no_reduction)
+    """Each owner keeps its own local gradient slice: no reduction at all."""
+    def no_reduction(out: torch.Tensor, flat: torch.Tensor, size: int, group: Any = None) -> None:
+        out.copy_(flat.view(size, -1)[dist.get_rank()])
+    zero.reduce_scatter_mean = no_reduction
 
 
 def summed_gradients() -> None:
-    def summed(out: torch.Tensor, flat: torch.Tensor, *a: Any, **k: Any) -> None:
-        dist.reduce_scatter_single(out, flat, *a, **k)
-        out *= dist.get_world_size()  # undo the average zero takes next
-    _zero_dist(reduce_scatter_single=summed)
+    """Gradients summed over ranks but never divided by N."""
+    real = zero.reduce_scatter_mean
+
+    def summed(out: torch.Tensor, flat: torch.Tensor, size: int, group: Any = None) -> None:
+        real(out, flat, size, group)
+        out *= size
+    zero.reduce_scatter_mean = summed
+
+
+def _wrap_step(edit: Callable[[zero.ZeroOneAdam, torch.Tensor, float, float],
+                              tuple[float, float]]) -> None:
+    """Replace what ZeroOneAdam.step reports; the update itself is left alone."""
+    original = zero.ZeroOneAdam.step
+
+    def step(self: zero.ZeroOneAdam, local_loss: torch.Tensor,
+             lr_scale: float = 1.0) -> tuple[float, float]:
+        loss, grad_norm = original(self, local_loss, lr_scale)
+        return edit(self, local_loss, loss, grad_norm)
+    zero.ZeroOneAdam.step = step  # type: ignore[method-assign]
 
 
 def local_grad_norm() -> None:
-    _zero_dist(all_reduce=lambda *a, **k: None)  # zero's only all_reduce: the grad norm
+    """Each rank reports the norm of its own gradient slice as the global norm."""
+    _wrap_step(lambda self, local_loss, loss, grad_norm: (
+        loss, float(self._grad_shard.to(torch.float64).square().sum().sqrt())))
 
 
 class _ReplicatedAdam(zero.ZeroOneAdam):
@@ -80,14 +97,16 @@ class _ReplicatedAdam(zero.ZeroOneAdam):
         self._grad_shard = torch.zeros(self.layout.n_params)
         self.shard = zero.ShardedAdam(self._flat, lr, betas, eps)
 
-    def reduce_gradients(self) -> float:
+    def step(self, local_loss: torch.Tensor, lr_scale: float = 1.0) -> tuple[float, float]:
         flat = self._flat_grads().clone()
         dist.all_reduce(flat)
         self._grad_shard.copy_(flat / self.size)
-        return float(self._grad_shard.to(torch.float64).square().sum().sqrt())
-
-    def _gather(self) -> None:
+        self.shard.update(self._grad_shard, lr_scale)
         self._flat.copy_(self.shard.master)
+        loss = local_loss.detach().reshape(1).clone()
+        dist.all_reduce(loss)
+        return (float(loss / self.size),
+                float(self._grad_shard.to(torch.float64).square().sum().sqrt()))
 
 
 def replicated_state() -> None:
@@ -145,19 +164,21 @@ def no_guard() -> None:
 
 def local_loss() -> None:
     """Each rank logs its own batch's loss instead of the global mean."""
+    _wrap_step(lambda self, local_loss, loss, grad_norm: (float(local_loss), grad_norm))
     world.World.mean = lambda self, value: float(value.detach().item())  # type: ignore[method-assign]
 
 
 def extra_collective() -> None:
     """Rank 1 issues a barrier the others never issue, at its 5th gradient reduction."""
-    calls = {"n": 0}
+    real, calls = zero.reduce_scatter_mean, {"n": 0}
 
-    def reduce_scatter(out: torch.Tensor, flat: torch.Tensor, *a: Any, **k: Any) -> None:
+    def reduce_scatter(out: torch.Tensor, flat: torch.Tensor, size: int,
+                       group: Any = None) -> None:
         calls["n"] += 1
         if calls["n"] == 5 and dist.get_rank() == 1:
             dist.barrier()
-        dist.reduce_scatter_single(out, flat, *a, **k)
-    _zero_dist(reduce_scatter_single=reduce_scatter)
+        real(out, flat, size, group)
+    zero.reduce_scatter_mean = reduce_scatter
 
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in [
