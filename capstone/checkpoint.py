@@ -75,6 +75,11 @@ class CheckpointManager:
         self.every_seconds = every_seconds
         self.fallback = fallback  # the checkpoint a resumed run started from
         self._last_save = time.monotonic()
+        if world.rank == 0:
+            # Leftovers of a save that a killed run never finished. Every rank joins a
+            # collective (the first step's) before any rank saves, so this is done first.
+            for stale in root.glob(".step-*.tmp"):
+                shutil.rmtree(stale, ignore_errors=True)
 
     def due(self, step: int) -> bool:
         """Whether `step` gets a checkpoint: every N steps and/or every T wall-clock seconds.
@@ -98,10 +103,7 @@ class CheckpointManager:
         """
         final = self.root / step_dir_name(step)
         tmp = self.root / f".{step_dir_name(step)}.tmp"
-        if self.world.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)  # leftovers of an interrupted attempt
-            tmp.mkdir(parents=True)
-        self.world.barrier()
+        tmp.mkdir(parents=True, exist_ok=True)
         shard_path = tmp / f"rank-{self.world.rank}.pt"
         torch.save(shard, shard_path)
         _fsync_path(shard_path)
@@ -115,7 +117,8 @@ class CheckpointManager:
                 shutil.rmtree(final)
             os.rename(tmp, final)
             _fsync_path(self.root)
-        self.world.barrier()
+        # No closing barrier: nobody reads `final` before the next collective (a step's,
+        # or the look-ahead's), and rank 0 joins that only once the rename is done.
         self._last_save = time.monotonic()
         return final
 

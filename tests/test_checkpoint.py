@@ -106,6 +106,15 @@ def test_failed_save_leaves_no_checkpoint_directory(tmp_path, monkeypatch):
     load_checkpoint(good)  # the previous checkpoint is intact
 
 
+def test_leftovers_of_a_killed_save_do_not_reach_a_checkpoint(tmp_path):
+    leftover = tmp_path / f".{step_dir_name(10)}.tmp"
+    leftover.mkdir()
+    (leftover / "rank-3.pt").write_bytes(b"half of a shard from a run that was killed")
+    path = CheckpointManager(tmp_path, World(0, 1), P).save(10, _shard())
+    assert sorted(f.name for f in path.iterdir()) == ["manifest.json", "rank-0.pt"]
+    assert not leftover.exists()
+
+
 def test_wall_clock_cadence(tmp_path, monkeypatch):
     manager = CheckpointManager(tmp_path, World(0, 1), P, every_steps=0, every_seconds=60)
     now = [1000.0]
