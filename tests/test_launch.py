@@ -1,4 +1,5 @@
-"""The two ways into the reference: its own forking launcher and torchrun's env://."""
+"""The two ways into the reference: its own forking launcher and torchrun's env://, on one
+machine and as two machines (two torchrun agents on this host)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tests.harness.runner import run_command
 from tests.harness.runs import N2
 
 ROOT = Path(__file__).resolve().parents[1]
+TWO_NODES = ROOT / "tests" / "harness" / "two_nodes.py"
 
 
 def _without_wall_time(records: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -21,15 +23,20 @@ def _without_wall_time(records: dict[int, dict[str, Any]]) -> dict[int, dict[str
 
 
 @pytest.mark.slow
-def test_torchrun_gives_the_bytes_of_the_forking_launcher(is_reference, run, tmp_path):
+@pytest.mark.parametrize("layout", ["one machine", "two machines"])
+def test_torchrun_gives_the_bytes_of_the_forking_launcher(is_reference, run, tmp_path, layout):
     if not is_reference:
         pytest.skip("launches the reference package")
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     if torchrun is None:
         pytest.skip("no torchrun next to this python")
     out = tmp_path / "torchrun"
-    outcome = run_command([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "capstone",
-                           "--out", str(out), *N2.flags(None)], out, 90, ROOT)
+    args = ["-m", "capstone", "--out", str(out), *N2.flags(None)]
+    if layout == "one machine":
+        argv = [torchrun, "--standalone", "--nproc-per-node", "2", *args]
+    else:  # ranks told apart by RANK, not LOCAL_RANK (0 on both "machines")
+        argv = [sys.executable, str(TWO_NODES), torchrun, *args]
+    outcome = run_command(argv, out, 90, ROOT)
     assert outcome.returncode == 0, outcome.reason()
     forked, launched = run(N2).parsed, parse_run(out, 2)
     assert launched.problems == []
