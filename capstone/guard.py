@@ -1,9 +1,9 @@
 """Divergence guard and fault injection.
 
-The guard looks at each step's global loss and gradient norm before the step is kept: a
-non-finite value or a loss more than `spike_factor` x the previous step's is bad. Every rank
-holds the same two floats (capstone.zero reduces the same gathered bytes in the same order
-everywhere) and the same history, so every rank reaches the same verdict without another
+The guard looks at each step's global loss and gradient norm *before* the update is applied:
+a non-finite value or a loss more than `spike_factor` x the previous step's is bad. Every
+rank holds the same two floats (one all-reduce gives all ranks the same bytes) and the same
+history, so every rank reaches the same verdict without another
 collective, and all roll back together or none does.
 """
 

@@ -1,10 +1,10 @@
 """The training loop. It composes the parts through their narrow interfaces only: it never
 calls a collective on gradients or parameters and never sees the rendezvous.
 
-Checkpoints are committed one step late: the state after step s is copied when s is due,
-and written only once step s+1's loss and gradients have passed the divergence guard (after
-the last step, a look-ahead forward pass plays that role). A bad update therefore never
-reaches a checkpoint, so a rollback always lands on healthy state.
+Checkpoints are committed one forward pass late: the state after step s is saved only once
+step s+1's loss and gradients have passed the divergence guard (and after the last step, a
+look-ahead forward pass plays that role). A bad update therefore never reaches a checkpoint,
+so a rollback always lands on healthy state.
 """
 
 from __future__ import annotations
@@ -77,8 +77,7 @@ class Trainer:
         """Train up to `cfg.steps`; return once every rank has finished the last step."""
         try:
             step = self._start() + 1
-            # A checkpoint waiting for the next healthy step: (its step, this rank's shard).
-            pending: tuple[int, dict[str, Any]] | None = None
+            pending: int | None = None  # a checkpoint waiting for the next healthy step
             while True:
                 if step > self.cfg.steps:
                     reason = self.guard.verdict(step, self._lookahead_loss(), None)
@@ -90,24 +89,24 @@ class Trainer:
                 self.faults.maybe_die(step)
                 local_loss = self._forward_backward()
                 self.faults.corrupt_gradients(step, self.model.parameters())
-                loss, grad_norm = self.zero.step(
-                    local_loss, self.faults.lr_scale(step, self.cfg.spike_lr_multiplier))
+                loss, grad_norm = self.zero.reduce_gradients(local_loss)
                 reason = self.guard.verdict(step, loss, grad_norm)
                 if reason is not None:
                     step, pending = self._rollback(step, reason), None
                     continue
                 if pending is not None:
-                    self._save(*pending)
+                    self._save(pending)
                     pending = None
+                self.zero.step(self.faults.lr_scale(step, self.cfg.spike_lr_multiplier))
                 self.guard.accept(step, loss)
                 self.metrics.step(step, self.zero.param_norm(), self.zero.optimizer_bytes(),
                                   loss=loss, grad_norm=grad_norm,
                                   step_time_s=time.perf_counter() - t0)
                 if self.ckpt.due(step):
-                    pending = (step, self.zero.shard_state())
+                    pending = step
                 step += 1
             if pending is not None:
-                self._save(*pending)
+                self._save(pending)
             if self.world.rank == 0:
                 self._write_summary()
         finally:
@@ -135,8 +134,8 @@ class Trainer:
         assert loss is not None
         return self.world.mean(loss)
 
-    def _save(self, step: int, shard: dict[str, Any]) -> None:
-        self.ckpt.save(step, shard,
+    def _save(self, step: int) -> None:
+        self.ckpt.save(step, self.zero.shard_state(),
                        after_shard=lambda: self.faults.maybe_die(step, kinds=("killsave",)))
 
     def _rollback(self, step: int, reason: str) -> int:

@@ -5,7 +5,7 @@ and holds for it an fp32 master copy and Adam's two moments: 3 * 4 * S = 12*ceil
 One step: reduce-scatter the gradients (each owner receives the average of its slice),
 Adam (torch's own update routine) on the slice, all-gather the updated slices into every
 rank's model. Both collectives are written here as single all-to-all rounds (see
-`reduce_scatter_mean`); the step's loss and gradient norm ride in the all-gather.
+`reduce_scatter_mean`); the step's loss rides in the gradient norm's all-reduce.
 """
 
 from __future__ import annotations
@@ -165,10 +165,6 @@ class ZeroOneAdam:
         self.device = self.params[0].device
         self._bind_buffers()
         self._grad_shard = torch.zeros(self.layout.shard_size, device=self.device)
-        # All-gather payload: the slice, then the step's float64 scalars as pairs of fp32 words.
-        n_stats = 2 if tp_mask is None else 3
-        self._send = torch.zeros(self.layout.shard_size + 2 * n_stats, device=self.device)
-        self._recv = torch.zeros(self.size * self._send.numel(), device=self.device)
         self.shard = ShardedAdam(self._own(self._flat), lr, betas, eps)
         self._tp_mask = None
         if tp_mask is not None:
@@ -214,33 +210,24 @@ class ZeroOneAdam:
             dist.broadcast(self._flat, group=self.group, group_src=0)
         self.shard.master.copy_(self._own(self._flat))
 
-    def step(self, local_loss: torch.Tensor, lr_scale: float = 1.0) -> tuple[float, float]:
-        """One ZeRO-1 step from this rank's local gradients: reduce-scatter them (each owner
-        gets the average of its slice), Adam on the slice, all-gather the updated slices into
-        every rank's parameters. Returns the global mean loss and the global gradient norm.
+    def reduce_gradients(self, local_loss: torch.Tensor) -> tuple[float, float]:
+        """Reduce-scatter the local gradients (each owner gets the average of its slice);
+        return the global mean loss and the global gradient L2 norm, before any update.
 
-        The step's scalars travel inside the all-gather instead of in collectives of their
-        own (on gloo a collective's fixed cost dwarfs a few bytes), so they are known only
-        once the update is applied: a caller that rejects the step restores a checkpoint,
-        as the divergence guard's rollback does. Every rank reduces the same gathered bytes
-        in the same order, so every rank gets the same two floats.
+        The loss rides in the norm's all-reduce rather than costing a collective of its own
+        (on gloo a collective's fixed cost dwarfs a few bytes). All ranks receive the same
+        reduced bytes, so all of them hold the same two floats.
         """
         reduce_scatter_mean(self._grad_shard, self._flat_grads(), self.size, self.group)
         stats = self._local_stats(local_loss)
-        self.shard.update(self._grad_shard, lr_scale)
-        self._send[:self.layout.shard_size] = self.shard.master
-        self._send[self.layout.shard_size:] = stats.view(torch.float32)
-        all_gather(self._recv, self._send, self.size, self.group)
-        rows = self._recv.view(self.size, -1)
-        self._unpack_parameters(rows[:, :self.layout.shard_size])
-        gathered = rows[:, self.layout.shard_size:].contiguous().view(torch.float64)  # (N, k)
-        totals = gathered.sum(dim=0)
-        loss = float(totals[0] / self.size)
+        if self.size > 1:
+            dist.all_reduce(stats, op=dist.ReduceOp.SUM, group=self.group)
+        loss = float(stats[0] / self.size)
         if self._tp_mask is None:
-            return loss, float(totals[1].sqrt())
-        own_heads = totals[2:].clone()  # each tp rank holds other heads: add theirs once
+            return loss, float(stats[1].sqrt())
+        own_heads = stats[2:].clone()  # each tp rank holds other heads: add theirs once
         dist.all_reduce(own_heads, op=dist.ReduceOp.SUM, group=self.tp_group)
-        return loss, float((totals[1] + own_heads[0]).sqrt())
+        return loss, float((stats[1] + own_heads[0]).sqrt())
 
     def _local_stats(self, local_loss: torch.Tensor) -> torch.Tensor:
         """[local loss, squared norm of this rank's averaged gradient slice] in float64;
@@ -252,9 +239,10 @@ class ZeroOneAdam:
         return torch.cat([loss, g2[~self._tp_mask].sum().reshape(1),
                           g2[self._tp_mask].sum().reshape(1)])
 
-    def _unpack_parameters(self, slices: torch.Tensor) -> None:
-        """Write the gathered (N, S) parameter slices into the flat vector the model views."""
-        self._flat.view(self.size, -1).copy_(slices)
+    def step(self, lr_scale: float = 1.0) -> None:
+        """Adam on this rank's shard, then all-gather so every rank holds the same parameters."""
+        self.shard.update(self._grad_shard, lr_scale)
+        all_gather(self._flat, self.shard.master, self.size, self.group)
 
     # -- what the metrics and the checkpoint see -----------------------------------------------
     def param_norm(self) -> float:

@@ -77,7 +77,8 @@ def _zero_step_on_rank(world: World, p: int, seed: int) -> tuple[list[float], li
     zero.broadcast_parameters()
     zero.zero_grad()
     (param * (world.rank + 1)).sum().backward()  # lands in ZeRO's flat gradient buffer
-    loss, norm = zero.step(torch.tensor(float(world.rank + 1)))
+    loss, norm = zero.reduce_gradients(torch.tensor(float(world.rank + 1)))
+    zero.step()
     return param.detach().tolist(), [loss, norm, zero.optimizer_bytes()]
 
 
@@ -104,7 +105,7 @@ def test_model_zero_grad_is_refused_loudly():
     zero = ZeroOneAdam([param], Parallelism(dp_rank=0, dp_size=1), lr=0.1)
     param.grad = None  # what model.zero_grad(set_to_none=True) does
     with pytest.raises(RuntimeError, match="left ZeRO's flat buffer"):
-        zero.step(torch.tensor(1.0))
+        zero.reduce_gradients(torch.tensor(1.0))
 
 
 def _collectives_on_rank(world: World, shard: int, seed: int) -> dict[str, list[float]]:

@@ -45,9 +45,10 @@ def no_broadcast() -> None:
 
 def no_allgather() -> None:
     """The updated slices of the other ranks never reach this rank's parameters."""
-    def own_slice_only(self: zero.ZeroOneAdam, slices: torch.Tensor) -> None:
-        self._flat.view(self.size, -1)[self.rank].copy_(slices[self.rank])
-    zero.ZeroOneAdam._unpack_parameters = own_slice_only  # type: ignore[method-assign]
+    def own_slice_only(out: torch.Tensor, piece: torch.Tensor, size: int,
+                       group: Any = None) -> None:
+        out.view(size, -1)[dist.get_rank()].copy_(piece)
+    zero.all_gather = own_slice_only
 
 
 def local_gradient() -> None:
@@ -67,21 +68,20 @@ def summed_gradients() -> None:
     zero.reduce_scatter_mean = summed
 
 
-def _wrap_step(edit: Callable[[zero.ZeroOneAdam, torch.Tensor, float, float],
-                              tuple[float, float]]) -> None:
-    """Replace what ZeroOneAdam.step reports; the update itself is left alone."""
-    original = zero.ZeroOneAdam.step
+def _wrap_reduce_gradients(edit: Callable[[zero.ZeroOneAdam, torch.Tensor, float, float],
+                                          tuple[float, float]]) -> None:
+    """Replace what ZeroOneAdam.reduce_gradients reports; the reduction itself is untouched."""
+    original = zero.ZeroOneAdam.reduce_gradients
 
-    def step(self: zero.ZeroOneAdam, local_loss: torch.Tensor,
-             lr_scale: float = 1.0) -> tuple[float, float]:
-        loss, grad_norm = original(self, local_loss, lr_scale)
+    def reduce_gradients(self: zero.ZeroOneAdam, local_loss: torch.Tensor) -> tuple[float, float]:
+        loss, grad_norm = original(self, local_loss)
         return edit(self, local_loss, loss, grad_norm)
-    zero.ZeroOneAdam.step = step  # type: ignore[method-assign]
+    zero.ZeroOneAdam.reduce_gradients = reduce_gradients  # type: ignore[method-assign]
 
 
 def local_grad_norm() -> None:
     """Each rank reports the norm of its own gradient slice as the global norm."""
-    _wrap_step(lambda self, local_loss, loss, grad_norm: (
+    _wrap_reduce_gradients(lambda self, local_loss, loss, grad_norm: (
         loss, float(self._grad_shard.to(torch.float64).square().sum().sqrt())))
 
 
@@ -97,16 +97,18 @@ class _ReplicatedAdam(zero.ZeroOneAdam):
         self._grad_shard = torch.zeros(self.layout.n_params)
         self.shard = zero.ShardedAdam(self._flat, lr, betas, eps)
 
-    def step(self, local_loss: torch.Tensor, lr_scale: float = 1.0) -> tuple[float, float]:
+    def reduce_gradients(self, local_loss: torch.Tensor) -> tuple[float, float]:
         flat = self._flat_grads().clone()
         dist.all_reduce(flat)
         self._grad_shard.copy_(flat / self.size)
-        self.shard.update(self._grad_shard, lr_scale)
-        self._flat.copy_(self.shard.master)
         loss = local_loss.detach().reshape(1).clone()
         dist.all_reduce(loss)
         return (float(loss / self.size),
                 float(self._grad_shard.to(torch.float64).square().sum().sqrt()))
+
+    def step(self, lr_scale: float = 1.0) -> None:
+        self.shard.update(self._grad_shard, lr_scale)
+        self._flat.copy_(self.shard.master)
 
 
 def replicated_state() -> None:
@@ -164,7 +166,8 @@ def no_guard() -> None:
 
 def local_loss() -> None:
     """Each rank logs its own batch's loss instead of the global mean."""
-    _wrap_step(lambda self, local_loss, loss, grad_norm: (float(local_loss), grad_norm))
+    _wrap_reduce_gradients(lambda self, local_loss, loss, grad_norm: (float(local_loss),
+                                                                     grad_norm))
     world.World.mean = lambda self, value: float(value.detach().item())  # type: ignore[method-assign]
 
 
