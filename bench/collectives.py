@@ -24,9 +24,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from capstone.launch import run_ranks  # noqa: E402
-from capstone.world import World  # noqa: E402
-from capstone.zero import ShardLayout, all_gather, reduce_scatter_mean  # noqa: E402
+from capstone.launch import run_ranks
+from capstone.world import World
+from capstone.zero import ShardLayout, all_gather, reduce_scatter_mean
 
 P = 30080
 
