@@ -1,5 +1,3 @@
-import sys
+from capstone.cli import console_main
 
-from capstone.cli import main
-
-sys.exit(main())
+console_main()

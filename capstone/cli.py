@@ -206,4 +206,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["GPTConfig", "TrainConfig", "build_parser", "config_from_args", "main", "run"]
+def console_main() -> NoReturn:
+    """`python -m capstone` and the `capstone` script: `main`, then a fast exit.
+
+    Once `main` has returned, every rank is joined and every file this process wrote is
+    closed, so the interpreter's teardown has nothing left to save; it would still
+    garbage-collect each object torch created, about 0.6 s here (as long as the 20 training
+    steps). Flushing and calling os._exit skips that. An exception from `main` still ends
+    the normal way, with its traceback.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+__all__ = ["GPTConfig", "TrainConfig", "build_parser", "config_from_args", "console_main",
+           "main", "run"]
