@@ -3,8 +3,8 @@
 The guard looks at each step's global loss and gradient norm *before* the update is applied:
 a non-finite value or a loss more than `spike_factor` x the previous step's is bad. Every
 rank holds the same two floats (one all-reduce gives all ranks the same bytes) and the same
-history, so every rank reaches the same verdict without another
-collective, and all roll back together or none does.
+history, so every rank reaches the same verdict without a collective of its own, and all
+roll back together or none does.
 """
 
 from __future__ import annotations

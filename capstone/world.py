@@ -1,6 +1,6 @@
 """The handful of collectives the training loop needs, behind a narrow object.
 
-The loop sees a `World` (rank, size, mean, barrier); the rendezvous and the process
+The loop sees a `World` (rank, size, mean, barrier, broadcast_flag); the rendezvous and the process
 group stay in `capstone.launch`, and the gradient/parameter traffic stays in `capstone.zero`.
 """
 
