@@ -1,7 +1,8 @@
 """The handful of collectives the training loop needs, behind a narrow object.
 
-The loop sees a `World` (rank, size, mean, barrier, broadcast_flag); the rendezvous and the process
-group stay in `capstone.launch`, and the gradient/parameter traffic stays in `capstone.zero`.
+The loop sees a `World` (rank, size, mean, barrier, broadcast_flag); the rendezvous and the
+process group stay in `capstone.launch`, and the gradient/parameter traffic stays in
+`capstone.zero`.
 """
 
 from __future__ import annotations
