@@ -15,6 +15,23 @@ import torch.nn.functional as F
 from capstone.config import GPTConfig
 
 
+def causal_attention(qkv: torch.Tensor, n_head: int, mask: torch.Tensor) -> torch.Tensor:
+    """Masked multi-head attention of packed q, k, v (B, T, 3*C) -> (B, T, C), the heads
+    re-assembled. Shared by the full module and tensor parallelism's slice of its heads."""
+    B, T, C3 = qkv.size()
+    C = C3 // 3
+    hs = C // n_head
+    q, k, v = qkv.split(C, dim=2)
+    q = q.view(B, T, n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+    k = k.view(B, T, n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+    v = v.view(B, T, n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, T)
+    att = att.masked_fill(~mask[:, :, :T, :T], float("-inf"))
+    att = F.softmax(att, dim=-1)
+    y = att @ v  # (B, nh, T, hs)
+    return y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -29,18 +46,7 @@ class CausalSelfAttention(nn.Module):
                              persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.size()
-        hs = C // self.n_head
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, T)
-        att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = att @ v  # (B, nh, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-        return self.c_proj(y)
+        return self.c_proj(causal_attention(self.c_attn(x), self.n_head, self.mask))
 
 
 class MLP(nn.Module):

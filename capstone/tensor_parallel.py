@@ -9,15 +9,13 @@ replicated within the tp group, and ZeRO-1 shards each rank's parameters over it
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
-from capstone.model import CausalSelfAttention, MiniGPT
+from capstone.model import CausalSelfAttention, MiniGPT, causal_attention
 from capstone.world import Parallelism, World
 
 
@@ -92,17 +90,8 @@ class HeadParallelAttention(nn.Module):
         self.mask: torch.Tensor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.size()
         x = _CopyToTP.apply(x, self.group)
-        q, k, v = self.c_attn(x).split(self.c_proj.in_features, dim=2)
-        hs = self.c_proj.in_features // self.n_head
-        q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh/tp, T, hs)
-        k = k.view(B, T, self.n_head, hs).transpose(1, 2)
-        v = v.view(B, T, self.n_head, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh/tp, T, T)
-        att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
-        y = F.softmax(att, dim=-1) @ v  # (B, nh/tp, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, self.c_proj.in_features)
+        y = causal_attention(self.c_attn(x), self.n_head, self.mask)  # (B, T, C/tp)
         return _ReduceFromTP.apply(self.c_proj(y), self.group) + self.proj_bias
 
 
