@@ -21,6 +21,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from capstone.metrics import read_run
+
 ROOT = Path(__file__).resolve().parents[1]
 WORLD_SIZES = (1, 2, 4, 8)
 WIDTHS = (32, 128, 512)
@@ -32,11 +36,10 @@ def ours(n: int, embd: int, steps: int, out: Path) -> dict[str, Any]:
                     "--batch-size", str(GLOBAL_ROWS // n), "--steps", str(steps),
                     "--checkpoint-every", "0", "--n-embd", str(embd), "--pg-timeout", "300"],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    recs = [[json.loads(line) for line in (out / "metrics" / f"rank-{r}.jsonl").open()]
-            for r in range(n)]
-    times = [x["step_time_s"] for rank in recs for x in rank if x["step"] >= 2]
+    recs, _ = read_run(out, n)
+    times = [r["step_time_s"] for rank in recs.values() for s, r in rank.items() if s >= 2]
     return {"step_ms": statistics.median(times) * 1e3,
-            "bytes": [rank[-1]["optimizer_bytes"] for rank in recs],
+            "bytes": [recs[rank][steps]["optimizer_bytes"] for rank in range(n)],
             "n_params": json.loads((out / "summary.json").read_text())["n_params"]}
 
 
