@@ -50,6 +50,14 @@ def is_reference(impl: tuple[str, ...]) -> bool:
     return impl == REFERENCE_IMPL
 
 
+@pytest.fixture
+def reference_only(is_reference: bool) -> None:
+    """Skip, under another --impl, a test of the reference package itself (its exercises,
+    launchers, plot, mutants and reliability): those are not part of the run contract."""
+    if not is_reference:
+        pytest.skip("tests the reference package itself, not the --impl under test")
+
+
 @pytest.fixture(scope="session")
 def run_cache(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory,
               impl: tuple[str, ...]) -> RunCache:

@@ -47,9 +47,7 @@ def test_accumulation_refuses_an_uneven_split():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("m", [4])  # M = 1, 2, 4 gradients: the unit test above
-def test_accumulating_run_follows_the_m1_trajectory(is_reference, run, holds, m):
-    if not is_reference:
-        pytest.skip("--micro-batches is the reference's exercise, not part of the contract")
+def test_accumulating_run_follows_the_m1_trajectory(reference_only, run, holds, m):
     accumulating = run(RunSpec(f"micro{m}", extra=("--micro-batches", str(m))))
     assert accumulating.outcome.returncode == 0, accumulating.outcome.reason()
     holds(check_parity(run(BASE), accumulating), f"M={m} vs M=1")
@@ -57,10 +55,8 @@ def test_accumulating_run_follows_the_m1_trajectory(is_reference, run, holds, m)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size, batch_size", [(2, 16), (4, 8)], ids=["tp2", "tp2xdp2"])
-def test_tensor_parallel_run_matches_the_single_rank_baseline(is_reference, run, holds,
+def test_tensor_parallel_run_matches_the_single_rank_baseline(reference_only, run, holds,
                                                              world_size, batch_size):
-    if not is_reference:
-        pytest.skip("--tensor-parallel is the reference's exercise, not part of the contract")
     tp = run(RunSpec(f"tp2-n{world_size}", world_size=world_size, batch_size=batch_size,
                      checkpoint_every=0, extra=("--tensor-parallel", "2")))
     assert tp.outcome.returncode == 0, tp.outcome.reason()

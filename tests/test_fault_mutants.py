@@ -20,12 +20,6 @@ LAUNCHER = Path(__file__).resolve().parent / "mutants" / "launch.py"
 pytestmark = pytest.mark.fault
 
 
-@pytest.fixture
-def reference_only(is_reference):
-    if not is_reference:
-        pytest.skip("mutants patch the reference package; not run against another --impl")
-
-
 def test_catalogue_has_the_required_mutants():
     required = {"no_broadcast", "no_allgather", "local_gradient", "summed_gradients",
                 "replicated_state", "checkpoint_without_moments", "step_count_not_restored",

@@ -24,9 +24,8 @@ def _without_wall_time(records: dict[int, dict[str, Any]]) -> dict[int, dict[str
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["one machine", "two machines"])
-def test_torchrun_gives_the_bytes_of_the_forking_launcher(is_reference, run, tmp_path, layout):
-    if not is_reference:
-        pytest.skip("launches the reference package")
+def test_torchrun_gives_the_bytes_of_the_forking_launcher(reference_only, run, tmp_path,
+                                                          layout):
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     if torchrun is None:
         pytest.skip("no torchrun next to this python")

@@ -9,10 +9,8 @@ from tests.harness.runs import faulted
 
 
 @pytest.mark.slow
-def test_plot_of_a_run_with_a_rollback(is_reference, run, tmp_path, capsys):
+def test_plot_of_a_run_with_a_rollback(reference_only, run, tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    if not is_reference:
-        pytest.skip("plots the reference's runs")
     source = run(faulted("spike", 15)).parsed.out
     records, events, summary = load_run(source)
     assert [(e["step"], e["to_step"], e["reason"]) for e in events] == [(16, 10, "spike")]

@@ -27,12 +27,6 @@ CAPSTONE = (sys.executable, "-m", "capstone")
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def reference_only(is_reference):
-    if not is_reference:
-        pytest.skip("reliability of the reference package itself")
-
-
 def capstone(out: Path, *flags: str, timeout: float = 60) -> Outcome:
     outcome = run_command([*CAPSTONE, "--out", str(out), *flags], out, timeout, ROOT)
     assert processes_with_token(outcome.token) == []
