@@ -13,6 +13,7 @@ import pytest
 
 from tests.harness.checks import Run
 from tests.harness.plugin import SuiteReport
+from tests.harness.runner import Watch
 from tests.harness.runs import RunCache, RunSpec
 from tests.harness.violations import Violation, summarize
 
@@ -32,6 +33,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--run-file-mb", type=int, default=512,
                 help="largest file a run may write, MiB (0: none; default 512)")
     g.addoption("--grade-json", default=None, help="write a Gradescope results.json here")
+    g.addoption("--no-observe", action="store_true",
+                help="do not load the suite's observer into the runs (for submissions that "
+                     "are not Python programs): the observed checks are skipped")
+    g.addoption("--hang-after", type=float, default=5.0,
+                help="stop a run once every rank has sat this many seconds in an unfinished "
+                     "collective (a deadlock), instead of at --run-timeout (0: never; default 5)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,8 +75,10 @@ def run_cache(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFact
     cwd = ROOT if impl == REFERENCE_IMPL else pytestconfig.invocation_params.dir
     mem = pytestconfig.getoption("run_mem_mb")
     fsize = pytestconfig.getoption("run_file_mb")
+    watch = Watch(observe=not pytestconfig.getoption("no_observe"),
+                  hang_after_s=pytestconfig.getoption("hang_after"), contain=True)
     return RunCache(base / "capstone-runs", pytestconfig.getoption("run_timeout"), cwd,
-                    mem * 2**20 if mem else None, fsize * 2**20 if fsize else None)
+                    mem * 2**20 if mem else None, fsize * 2**20 if fsize else None, watch)
 
 
 @pytest.fixture(scope="session")

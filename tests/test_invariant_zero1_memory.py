@@ -1,11 +1,16 @@
 """Invariant 3: ZeRO-1 memory. Each rank's optimizer state is 12*ceil(P/N) bytes at every
 step, the checkpoint shards hold exactly that state and the parameters logged for their step,
-and memory per rank shrinks as 1/N (N = 1, 2, 4, and the uneven N = 3)."""
+memory per rank shrinks as 1/N (N = 1, 2, 4, and the uneven N = 3), and so does what each rank
+really keeps: the tensor storages alive at two points of the run, as the observer counted them
+(at least 12P bytes of it sharded over N = 1, 2, 4)."""
+
+import json
 
 import pytest
 
 from tests.harness.checks import check_memory_scaling, check_zero_memory
-from tests.harness.runs import BASE, N2, N3, SINGLE
+from tests.harness.observed_checks import check_measured_memory, persistent_bytes
+from tests.harness.runs import BASE, MEM1, MEM2, N2, N3, SINGLE
 
 
 @pytest.mark.parametrize("spec", [BASE, SINGLE, N2, N3], ids=lambda s: s.name)
@@ -16,3 +21,14 @@ def test_optimizer_state_is_12P_over_N(run, holds, spec):
 def test_memory_per_rank_times_N_is_constant(run, holds):
     runs = {s.world_size: run(s) for s in (SINGLE, N2, N3, BASE)}
     holds(check_memory_scaling(runs), "optimizer bytes x N over N = 1, 2, 3, 4")
+
+
+def test_measured_persistent_state_shrinks_by_12P(run, holds, record_property):
+    runs = {s.world_size: run(s) for s in (MEM1, MEM2, BASE)}
+    if any(r.observed is None for r in runs.values()):
+        pytest.skip("the observer is off (--no-observe)")
+    record_property("observed", json.dumps({"persistent_bytes_per_rank": {
+        n: persistent_bytes(r) for n, r in runs.items()}, "logged_optimizer_bytes": {
+        n: (r.parsed.records.get(0, {}).get(r.steps) or {}).get("optimizer_bytes")
+        for n, r in runs.items()}}))
+    holds(check_measured_memory(runs), "persistent bytes per rank over N = 1, 2, 4")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.harness.observe import Observation
 from tests.harness.parse import ParsedRun, is_finite
 from tests.harness.runner import Outcome
 from tests.harness.violations import Violation
@@ -38,6 +39,7 @@ class Run:
     world_size: int
     outcome: Outcome
     parsed: ParsedRun
+    observed: Observation | None = None  # None: the run was not observed (--no-observe)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -286,12 +288,18 @@ def check_clean_exit(run: Run) -> list[Violation]:
     out: list[Violation] = []
     o = run.outcome
     last = {r: max(run.parsed.records.get(r, {}) or [-1]) for r in range(run.world_size)}
-    if o.timed_out:
+    if o.deadlock_s is not None:
+        out.append(Violation(inv, None, None, "every rank to make progress",
+                             f"deadlock: {o.blocked}",
+                             f"every rank sat {o.deadlock_s:g}s in an unfinished collective; "
+                             "the run was stopped then"))
+    elif o.timed_out:
         unfinished = ", ".join(f"rank {r} at step {s}" for r, s in last.items()
                                if s < run.steps) or "none"
         out.append(Violation(inv, None, None, f"exit within {o.wall_s:.0f}s",
                              "still running at the bound",
-                             f"{len(o.alive_at_bound)} processes alive; unfinished: {unfinished}"))
+                             f"{len(o.alive_at_bound)} processes alive; unfinished: {unfinished}"
+                             + (f"; {o.blocked}" if o.blocked else "")))
     elif o.returncode != 0:
         out.append(Violation(inv, None, None, "exit code 0", o.returncode, o.reason()))
     for r, s in last.items():

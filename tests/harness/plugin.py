@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.harness import contain
 from tests.harness.grading import graded_name, one_line, write_results
 from tests.harness.runner import SESSION_VAR, kill_pids, processes_with_token, session_prefix
 
@@ -33,6 +34,7 @@ class SuiteReport:
         self.invariants: dict[str, list[tuple[str, str]]] = {}  # name -> [(status, where)]
         self.matrix: list[dict[str, Any]] = []
         self.left_behind: list[int] = []
+        self.observed: dict[str, dict[str, Any]] = {}  # test name -> what the observer measured
 
     def _graded(self, nodeids: list[str]) -> None:
         for nodeid in nodeids:
@@ -64,6 +66,8 @@ class SuiteReport:
         if module.startswith(INVARIANT_PREFIX) and report.when == "call":
             self.invariants.setdefault(module.removeprefix(INVARIANT_PREFIX), []).append(
                 (status, props.get("first_violation", reason)))
+        if "observed" in props:
+            self.observed[report.nodeid.split("::")[-1]] = json.loads(props["observed"])
         if "matrix_row" in props:
             self.matrix.append(json.loads(props["matrix_row"]))
 
@@ -103,6 +107,12 @@ class SuiteReport:
                     cells.append(f"{mark:>16}")
                 tr.write_line(f"{row['mutant']:<24}" + "".join(cells))
             tr.write_line("(* = the invariant the mutant is meant to break)")
+        if self.observed:
+            tr.section("observed (what the runs did, not what they wrote)")
+            for name, figures in sorted(self.observed.items()):
+                for key, value in figures.items():
+                    tr.write_line(f"{name[:50]:<50} {key}: {value}")
+        tr.write_line(f"containment of runs: {containment_line()}")
         tr.write_line(f"processes left behind by runs: {len(self.left_behind)}")
         path = self.config.getoption("grade_json")
         if path:
@@ -114,3 +124,11 @@ def _kill_leftovers() -> list[int]:
     found = processes_with_token(session_prefix(), prefix=True)
     kill_pids(found)
     return found
+
+
+def containment_line() -> str:
+    if contain.mode() == contain.NAMESPACES:
+        return ("namespaces (own PID, network and mount namespace per run; suite files "
+                "read-only to runs)")
+    return ("marker scan (unshare not allowed here: processes found by their environment "
+            "marker; runs of one submission serialised)")

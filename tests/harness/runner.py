@@ -5,6 +5,13 @@ a unique token in its environment, sends stdout/stderr to files (a stray process
 pipe open cannot stall the suite, and megabytes of output cannot fill memory), waits at most
 `timeout_s`, and then kills every process that carries the token: the process group first,
 then anything that left the group (setsid, double fork) but kept the environment.
+
+With `observe`, the suite's observer is loaded into every Python process of the run
+(tests/observer/), and the runner watches its traces while waiting: once every rank has sat
+in an unfinished collective for `hang_after_s`, the run is deadlocked and is stopped then,
+not at the bound. Before any kill it asks each rank for its stack (faulthandler, SIGUSR1)
+and writes down where each rank is blocked. With `contain`, the run gets its own PID,
+network and mount namespaces where the kernel allows (tests/harness/contain.py).
 """
 
 from __future__ import annotations
@@ -20,6 +27,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+from tests.harness import contain
+from tests.harness.observe import OBSERVER_DIR, deadlocked, load_observation, stacks, where_blocked
 
 TOKEN_VAR = "CAPSTONE_SUITE_RUN"
 SESSION_VAR = "CAPSTONE_SUITE_SESSION"  # set per pytest session, inherited by xdist workers
@@ -40,6 +51,12 @@ class Outcome:
     alive_at_bound: list[int] = field(default_factory=list)  # pids still running at the bound
     survivors: list[int] = field(default_factory=list)  # pids that needed a kill after exit
     token: str = ""  # the environment marker every process of this run carried
+    containment: str = contain.MARKER_SCAN  # how the run was contained
+    deadlock_s: float | None = None  # stopped early: every rank blocked this long
+    blocked: str = ""  # where each rank was blocked when the run was stopped (hang or bound)
+    stacks: str = ""  # their faulthandler dumps
+    observe_dir: str = ""  # the observer's traces ("" when not observed)
+    sandbox: dict[str, Any] = field(default_factory=dict)  # what nsinit reported
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -50,9 +67,13 @@ class Outcome:
 
     def reason(self) -> str:
         """One line: how the run ended."""
+        if self.deadlock_s is not None:
+            return (f"deadlock: stopped after every rank sat {self.deadlock_s:.0f}s in an "
+                    f"unfinished collective: {self.blocked}")
         if self.timed_out:
+            where = f"; {self.blocked}" if self.blocked else ""
             return (f"killed after the {self.wall_s:.0f}s bound "
-                    f"({len(self.alive_at_bound)} processes alive)")
+                    f"({len(self.alive_at_bound)} processes alive){where}")
         if self.returncode != 0:
             last = [ln for ln in self.stderr_tail.splitlines() if ln.strip()]
             return f"exit code {self.returncode}: {last[-1][:200] if last else '(no stderr)'}"
@@ -121,35 +142,93 @@ def _limits(mem_bytes: int | None, file_bytes: int | None) -> Callable[[], None]
     return apply
 
 
-def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None = None,
-                mem_bytes: int | None = None, file_bytes: int | None = None) -> Outcome:
-    """Run `argv` to completion or to the bound; never leaves a process of it behind."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    token = session_prefix() + uuid.uuid4().hex
+@dataclass(frozen=True)
+class Watch:
+    """What the runner adds around a run: the observer, early deadlock stops, namespaces."""
+
+    observe: bool = False
+    hang_after_s: float = 5.0  # 0: never stop early
+    contain: bool = False
+    poll_s: float = 0.2
+
+
+def _environment(token: str, observe_dir: Path | None) -> dict[str, str]:
     env = dict(os.environ, **{TOKEN_VAR: token, "OMP_NUM_THREADS": "1",
                               "PYTHONDONTWRITEBYTECODE": "1"})
+    if observe_dir is not None:
+        observe_dir.mkdir(parents=True, exist_ok=True)
+        env["CAPSTONE_OBSERVE_DIR"] = str(observe_dir)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(OBSERVER_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env.setdefault("TORCH_FR_BUFFER_SIZE", "20000")
+    return env
+
+
+def _signal_stacks(pids: list[int], observe_dir: Path, leader: int) -> None:
+    """faulthandler dumps of every observed process (SIGUSR1 is registered only where the
+    observer loaded, so only those get it), read back after a short wait."""
+    ns_to_host = contain.host_pids(leader)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(ns_to_host.get(pid, pid) if ns_to_host else pid, signal.SIGUSR1)
+    time.sleep(0.3)
+
+
+def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None = None,
+                mem_bytes: int | None = None, file_bytes: int | None = None,
+                watch: Watch | None = None) -> Outcome:
+    """Run `argv` to completion, to a deadlock or to the bound; never leaves a process of
+    it behind."""
+    watch = watch or Watch()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    token = session_prefix() + uuid.uuid4().hex
+    observe_dir = out.parent / "observe" if watch.observe else None
+    env = _environment(token, observe_dir)
     logs = out.parent / f"{out.name}.log"
     logs.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
+    report = out.parent / "sandbox.json"
+    full = contain.wrap(list(argv), out.parent, report, cwd) if watch.contain else list(argv)
+    mode = contain.MARKER_SCAN if full == list(argv) else contain.NAMESPACES
     t0 = time.monotonic()
     with open(stdout_path, "wb") as so, open(stderr_path, "wb") as se:
         try:
-            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=so, stderr=se,
+            proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
                                     cwd=cwd, env=env, start_new_session=True,
                                     preexec_fn=_limits(mem_bytes, file_bytes))
         except OSError as e:
             return Outcome(list(argv), str(out), 127, False, 0.0, "", f"cannot start: {e}",
-                           token=token)
-        timed_out, alive = False, []
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            alive = processes_with_token(token)
-        # The leader is done (or past the bound): whatever else carries the token goes too.
-        survivors = [] if timed_out else processes_with_token(token)
+                           token=token, containment=mode)
+        timed_out, alive, deadlock_s, blocked, dumps = False, [], None, "", ""
+        deadline = t0 + timeout_s
+        while proc.poll() is None:
+            now = time.monotonic()
+            obs = load_observation(observe_dir) if observe_dir is not None else None
+            stuck = obs is not None and watch.hang_after_s > 0 and \
+                deadlocked(obs, time.time_ns(), watch.hang_after_s)
+            if stuck or now >= deadline:
+                timed_out, deadlock_s = not stuck, watch.hang_after_s if stuck else None
+                wrappers = contain.wrapper_pids(proc.pid) if mode == contain.NAMESPACES \
+                    else set()
+                alive = [p for p in processes_with_token(token) if p not in wrappers] \
+                    or [proc.pid]
+                if obs is not None and observe_dir is not None:
+                    _signal_stacks([p.pid for p in obs.processes], observe_dir, proc.pid)
+                    obs = load_observation(observe_dir)
+                    blocked, dumps = where_blocked(obs), stacks(obs)
+                break
+            time.sleep(min(watch.poll_s, max(0.0, deadline - now)))
+        # The leader is done (or stopped): whatever else carries the token goes too.
+        survivors = [] if timed_out or deadlock_s else processes_with_token(token)
         _kill_all(proc.pid, token)
         proc.wait()
     wall = time.monotonic() - t0
-    return Outcome(list(argv), str(out), None if timed_out else proc.returncode, timed_out, wall,
-                   _tail(stdout_path), _tail(stderr_path), alive, survivors, token)
+    sandbox: dict[str, Any] = {}
+    if mode == contain.NAMESPACES and report.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            sandbox = json.loads(report.read_text())
+            survivors += [s["pid"] for s in sandbox.get("survivors", [])]
+    stopped = timed_out or deadlock_s is not None
+    return Outcome(list(argv), str(out), None if stopped else proc.returncode, timed_out, wall,
+                   _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
+                   deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox)

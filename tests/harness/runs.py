@@ -3,6 +3,7 @@ session, shared by every pytest-xdist worker through a file lock."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import asdict, dataclass
@@ -10,9 +11,11 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from tests.harness import contain
 from tests.harness.checks import Run
+from tests.harness.observe import load_observation
 from tests.harness.parse import parse_run
-from tests.harness.runner import Outcome, run_command
+from tests.harness.runner import Outcome, Watch, run_command
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,10 @@ BASE = RunSpec("base")
 SINGLE = RunSpec("single", world_size=1, batch_size=16)
 N2 = RunSpec("n2", world_size=2, batch_size=8, steps=3, checkpoint_every=3)
 N3 = RunSpec("n3", world_size=3, batch_size=4, steps=3, checkpoint_every=3)
+# Measured memory: the same rows per rank (B = 4) on N = 1, 2 and BASE's 4, long enough for
+# the observer's two snapshots (backward calls 3 and 6).
+MEM1 = RunSpec("mem1", world_size=1, batch_size=4, steps=6, checkpoint_every=3)
+MEM2 = RunSpec("mem2", world_size=2, batch_size=4, steps=6, checkpoint_every=3)
 RESUMED = RunSpec("resumed", resume_from=(BASE, 10))
 
 
@@ -60,13 +67,22 @@ class RunCache:
     """`get(impl, spec)`: the finished run, computed by whichever worker asks first."""
 
     def __init__(self, root: Path, timeout_s: float, cwd: Path, mem_bytes: int | None,
-                 file_bytes: int | None) -> None:
+                 file_bytes: int | None, watch: Watch | None = None) -> None:
         self.root = root
         self.timeout_s = timeout_s
         self.cwd = cwd
         self.mem_bytes = mem_bytes
         self.file_bytes = file_bytes
+        self.watch = watch or Watch()
         root.mkdir(parents=True, exist_ok=True)
+
+    def _serialised(self, impl: tuple[str, ...]) -> FileLock | contextlib.nullcontext[None]:
+        """Without namespaces, two runs of one submission never run at once: a submission
+        with a fixed MASTER_PORT or /tmp rendezvous would join the other run's ranks."""
+        if self.watch.contain and contain.mode() == contain.NAMESPACES:
+            return contextlib.nullcontext()
+        digest = hashlib.sha256(json.dumps(list(impl)).encode()).hexdigest()[:12]
+        return FileLock(str(self.root / f"impl-{digest}.lock"))
 
     def get(self, impl: tuple[str, ...], spec: RunSpec) -> Run:
         d = self.root / spec.key(impl)
@@ -79,10 +95,12 @@ class RunCache:
                     base = self.get(impl, base_spec)
                     resume_dir = base.parsed.out / "checkpoints" / f"step-{step:06d}"
                 d.mkdir(parents=True, exist_ok=True)
-                outcome = run_command([*impl, "--out", str(d / "out"), *spec.flags(resume_dir)],
-                                      d / "out", self.timeout_s, self.cwd, self.mem_bytes,
-                                      self.file_bytes)
+                with self._serialised(impl):
+                    outcome = run_command(
+                        [*impl, "--out", str(d / "out"), *spec.flags(resume_dir)], d / "out",
+                        self.timeout_s, self.cwd, self.mem_bytes, self.file_bytes, self.watch)
                 outcome.save(done)
         outcome = Outcome.load(done)
+        observed = load_observation(Path(outcome.observe_dir)) if outcome.observe_dir else None
         return Run(spec.name, spec.steps, spec.world_size, outcome,
-                   parse_run(d / "out", spec.world_size))
+                   parse_run(d / "out", spec.world_size), observed)

@@ -1,0 +1,98 @@
+"""Containment of a run: Linux namespaces where the kernel allows them, else the marker scan.
+
+With namespaces (`unshare --pid --fork --mount-proc --net --mount`, then tests/harness/nsinit.py
+as PID 1) a run cannot leave anything behind (when PID 1 ends, the kernel ends every process
+of the namespace, whatever its environment or session), cannot meet another run on a port or a
+/tmp path (its own loopback, its own /tmp), cannot reach the network, and cannot write outside
+its run directory (the suite's own files are read-only to it). Where unshare is refused (e.g.
+an unprivileged Docker grader), runs fall back to the environment-marker scan of
+tests/harness/runner.py, and the run cache never runs two runs of one submission at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+NSINIT = Path(__file__).resolve().parent / "nsinit.py"
+ROOT = NSINIT.parents[2]
+NAMESPACES = "namespaces"
+MARKER_SCAN = "marker-scan"
+FORCE_VAR = "CAPSTONE_CONTAINMENT"  # "marker-scan" forces the fallback (to test it)
+_FLAGS = ("--pid", "--fork", "--mount-proc", "--net", "--mount")
+
+
+@functools.lru_cache(maxsize=1)
+def _unshare_prefix() -> tuple[str, ...] | None:
+    """The unshare command that works here (as root, or in a user namespace), or None."""
+    exe = shutil.which("unshare")
+    if exe is None or os.environ.get(FORCE_VAR) == MARKER_SCAN:
+        return None
+    for extra in ((), ("--user", "--map-root-user")):
+        prefix = (exe, *extra, *_FLAGS)
+        try:
+            probe = subprocess.run([*prefix, sys.executable, "-I", "-c", "pass"],
+                                   capture_output=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if probe.returncode == 0:
+            return prefix
+    return None
+
+
+def mode() -> str:
+    """Which containment runs get on this machine: NAMESPACES or MARKER_SCAN."""
+    return NAMESPACES if _unshare_prefix() is not None else MARKER_SCAN
+
+
+def wrap(argv: list[str], run_dir: Path, report: Path, cwd: Path | None) -> list[str]:
+    """`argv` as started inside its own namespaces (unchanged under the marker scan).
+
+    The run gets a private /tmp; what it must still read there (its interpreter, the suite,
+    its own code and working directory, an input such as a checkpoint to resume) is bound
+    back read-only."""
+    prefix = _unshare_prefix()
+    if prefix is None:
+        return argv
+    see = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, ROOT, cwd or os.getcwd())}
+    see |= {os.path.realpath(a) for a in argv if a.startswith("/") and os.path.exists(a)}
+    flags = [x for p in sorted(see) for x in ("--see", p)]
+    return [*prefix, sys.executable, "-I", str(NSINIT), "--run", str(run_dir),
+            "--report", str(report), *flags, "--", *argv]
+
+
+def wrapper_pids(leader: int) -> set[int]:
+    """The unshare process and nsinit (host pids): the suite's, not the submission's."""
+    try:
+        return {leader, *map(int, Path(f"/proc/{leader}/task/{leader}/children").read_text()
+                             .split())}
+    except (OSError, ValueError):
+        return {leader}
+
+
+def host_pids(leader: int) -> dict[int, int]:
+    """Namespace pid -> host pid of every process in the PID namespace below `leader` (the
+    unshare process); under the marker scan a process's pid is its host pid."""
+    try:
+        children = Path(f"/proc/{leader}/task/{leader}/children").read_text().split()
+        init = int(children[0])
+        ns = os.readlink(f"/proc/{init}/ns/pid")
+    except (OSError, IndexError, ValueError):
+        return {}
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/ns/pid") != ns:
+                continue
+            for line in Path(f"/proc/{entry}/status").read_text().splitlines():
+                if line.startswith("NSpid:"):
+                    found[int(line.split()[-1])] = int(entry)
+        except (OSError, ValueError):
+            continue
+    return found

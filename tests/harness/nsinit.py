@@ -1,0 +1,131 @@
+"""PID 1 of a run's namespaces: set the run's world up, start the submission, report what
+outlived it, and end (the kernel then ends every process left in the PID namespace).
+
+`python -I nsinit.py --run DIR --report FILE -- ARGV...`, started by `unshare --pid --fork
+--mount-proc --net --mount` (tests/harness/contain.py). It brings the loopback interface up
+(gloo finds no interface without it), gives the run a private /tmp (DIR/tmp) and /dev/shm, and
+makes every other path read-only, DIR excepted. Standard library only, and `-I`: it never
+loads the suite's observer or anything of the submission's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import fcntl
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+GRACE_S = 1.0  # a helper still exiting (multiprocessing's resource tracker) is not a survivor
+
+
+def _mount(libc: ctypes.CDLL, src: str | None, target: str, flags: int,
+           fstype: str | None = None) -> None:
+    if libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(), flags,
+                  None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {src} on {target}: {os.strerror(err)}")
+
+
+def loopback_up() -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    flags = struct.unpack("16sH22x", fcntl.ioctl(s, SIOCGIFFLAGS,
+                                                 struct.pack("16sH22x", b"lo", 0)))[1]
+    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+    s.close()
+
+
+def _rebind(libc: ctypes.CDLL, fd: int, path: str, read_only: bool) -> None:
+    """Bind what `fd` opened (before /tmp was covered) at its old path again."""
+    if os.path.isdir(f"/proc/self/fd/{fd}"):
+        os.makedirs(path, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "a").close()
+    _mount(libc, f"/proc/self/fd/{fd}", path, MS_BIND | MS_REC)
+    if read_only:
+        _mount(libc, None, path, MS_BIND | MS_REMOUNT | MS_RDONLY)
+
+
+def confine(run: str, see: list[str]) -> None:
+    """Private /tmp and /dev/shm; everything read-only but `run` (which may lie in /tmp);
+    the paths in `see` that lie in the old /tmp stay visible, read-only."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    keep = os.open(run, os.O_PATH)
+    kept = [(os.open(p, os.O_PATH), p) for p in see
+            if p.startswith("/tmp/") and os.path.exists(p) and not p.startswith(run + "/")]
+    private_tmp = os.path.join(run, "tmp")
+    os.makedirs(private_tmp, exist_ok=True)
+    _mount(libc, private_tmp, "/tmp", MS_BIND)
+    for fd, path in kept:
+        _rebind(libc, fd, path, read_only=True)
+    _rebind(libc, keep, run, read_only=False)  # the run's own path again, inside /tmp
+    if os.path.isdir("/dev/shm"):
+        _mount(libc, "tmpfs", "/dev/shm", 0, "tmpfs")
+    _mount(libc, "/", "/", MS_BIND | MS_REC)
+    _mount(libc, None, "/", MS_BIND | MS_REMOUNT | MS_RDONLY)
+    os.chdir(os.getcwd())  # re-enter the working directory through the read-only mount
+
+
+def others() -> list[dict[str, object]]:
+    """Processes of this namespace other than this one (its /proc is the namespace's)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            continue
+        if state != b"Z":
+            found.append({"pid": int(entry), "cmdline": cmd[:200]})
+    return found
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--report", required=True)
+    ap.add_argument("--see", action="append", default=[],
+                    help="a path in /tmp the run must still read (its code, an input)")
+    ap.add_argument("argv", nargs=argparse.REMAINDER)
+    args = ap.parse_args()
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    report: dict[str, object] = {"network": "private", "filesystem": "confined"}
+    try:
+        loopback_up()
+    except OSError as e:
+        report["network"] = f"loopback not up: {e}"
+    try:
+        confine(args.run, args.see)
+    except OSError as e:
+        report["filesystem"] = f"not confined: {e}"
+    try:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    except OSError as e:
+        print(f"cannot start {argv[0]!r}: {e}", file=sys.stderr)
+        return 127
+    rc = child.wait()
+    deadline = time.monotonic() + GRACE_S
+    left = others()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = others()
+    report["survivors"] = left
+    with open(args.report, "w") as f:
+        json.dump(report, f)
+    return rc if rc >= 0 else 128 - rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

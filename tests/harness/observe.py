@@ -1,0 +1,262 @@
+"""What the observer (tests/observer/sitecustomize.py) saw of a run, read back into data:
+every process, the process group it joined, its collectives in order (the Python calls, and
+the Flight Recorder's entries that no Python call issued), its backward calls and the tensor
+storages it kept; plus where each rank is blocked when a run hangs.
+
+Pure functions of the trace files: the runner polls them while a run is alive (deadlock
+detection) and the communication and memory checks read them after it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OBSERVER_DIR = Path(__file__).resolve().parents[1] / "observer"  # goes on the run's PYTHONPATH
+P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+# gloo's Flight Recorder names -> the op they count as (it records reduce_scatter as all_reduce)
+_FR_OP = re.compile(r"^\w+:(?P<op>\w+)$")
+
+
+@dataclass
+class Call:
+    """One collective or point-to-point call of one process."""
+
+    index: int
+    op: str
+    numel_in: int
+    numel_out: int
+    dtype: str
+    group: list[int]
+    site: str
+    t0: int
+    t1: int | None = None
+    error: str | None = None
+    is_async: bool = False
+    peer: str = ""
+    source: str = "python"  # or "flight-recorder": issued by torch's C++ without a Python call
+
+    @property
+    def p2p(self) -> bool:
+        return self.op in P2P
+
+    def signature(self) -> tuple[Any, ...]:
+        """What must agree across ranks: op, sizes, dtype and group size."""
+        return (self.op, self.numel_in, self.numel_out, self.dtype, len(self.group))
+
+    def describe(self) -> str:
+        what = f"{self.op}({self.peer})" if self.peer and self.p2p else self.op
+        size = f" of {self.numel_in} {self.dtype}" if self.numel_in else ""
+        return f"{what}{size} at {self.site}"
+
+
+@dataclass
+class ProcessTrace:
+    pid: int
+    ppid: int = 0
+    argv: list[str] = field(default_factory=list)
+    rank: int | None = None
+    size: int | None = None
+    calls: list[Call] = field(default_factory=list)
+    flight_recorder: list[dict[str, Any]] | None = None
+    backwards: list[int] = field(default_factory=list)  # start times, ns
+    memory: list[dict[str, Any]] = field(default_factory=list)
+    stack: str = ""
+
+    def open_call(self) -> Call | None:
+        """The blocking call this process is inside (started, not returned), if any."""
+        last = self.calls[-1] if self.calls else None
+        if last is None or last.t1 is not None or last.is_async or last.source != "python":
+            return None
+        return last
+
+    def collectives(self) -> list[Call]:
+        """Collectives in issue order: Python calls, and the Flight Recorder's entries that
+        no Python call bracketed (DDP's Reducer all-reduces during backward)."""
+        spans = [(c.t0, c.t1 if c.t1 is not None else 2**63) for c in self.calls]
+        merged = [c for c in self.calls if not c.p2p]
+        for e in self.flight_recorder or []:
+            t = e.get("time_created_ns") or 0
+            if e.get("is_p2p") or any(a <= t <= b for a, b in spans):
+                continue
+            m = _FR_OP.match(str(e.get("profiling_name", "")))
+            sizes = e.get("input_sizes") or []
+            numel = sum(_prod(s) for s in sizes)
+            merged.append(Call(-1, m["op"] if m else str(e.get("profiling_name")), numel,
+                               sum(_prod(s) for s in e.get("output_sizes") or []),
+                               str((e.get("input_dtypes") or ["?"])[0]).lower(),
+                               list(range(self.size or 0)), "torch C++ (no Python call)", t,
+                               t, source="flight-recorder"))
+        return sorted(merged, key=lambda c: c.t0)
+
+    def persistent_bytes(self) -> int | None:
+        done = [m for m in self.memory if "persistent_bytes" in m]
+        return done[-1]["persistent_bytes"] if done else None
+
+    def param_elements(self) -> int | None:
+        seen = [m["param_elements"] for m in self.memory if m.get("param_elements")]
+        return seen[-1] if seen else None
+
+
+def _prod(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+@dataclass
+class Observation:
+    """Every process the observer saw in one run (empty: nothing loaded it)."""
+
+    directory: Path
+    processes: list[ProcessTrace] = field(default_factory=list)
+
+    def ranks(self) -> dict[int, ProcessTrace]:
+        """rank -> the process that joined the process group as that rank (the first one)."""
+        out: dict[int, ProcessTrace] = {}
+        for p in sorted(self.processes, key=lambda p: p.pid):
+            if p.rank is not None and p.rank not in out:
+                out[p.rank] = p
+        return out
+
+    def trainers(self) -> dict[int, ProcessTrace]:
+        """rank -> process, for ranks that trained; a 1-process run without a process group
+        counts as rank 0 when it ran backward."""
+        ranks = self.ranks()
+        if not ranks:
+            ran = [p for p in self.processes if p.backwards]
+            return {0: ran[0]} if len(ran) == 1 else {}
+        return ranks
+
+
+def _call(rec: dict[str, Any]) -> Call:
+    return Call(int(rec.get("i", 0)), str(rec.get("op", "?")), int(rec.get("numel_in", 0)),
+                int(rec.get("numel_out", 0)), str((rec.get("dtypes") or ["?"])[0]),
+                list(rec.get("group") or []), str(rec.get("site", "?")), int(rec.get("t0", 0)),
+                is_async=bool(rec.get("async")), peer=str(rec.get("peer", "")))
+
+
+def read_process(path: Path) -> ProcessTrace | None:
+    """One process's trace file (a torn last line, from a kill mid-write, is skipped)."""
+    trace: ProcessTrace | None = None
+    by_index: dict[int, Call] = {}
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        ev = rec.get("ev")
+        if ev == "hello":
+            trace = ProcessTrace(int(rec.get("pid", 0)), int(rec.get("ppid", 0)),
+                                 list(rec.get("argv") or []))
+        elif trace is None:
+            continue
+        elif ev == "init" and "rank" in rec:
+            trace.rank, trace.size = int(rec["rank"]), int(rec["size"])
+        elif ev == "call":
+            c = _call(rec)
+            trace.calls.append(c)
+            by_index[c.index] = c
+        elif ev == "end" and rec.get("i") in by_index:
+            by_index[rec["i"]].t1 = int(rec.get("t1", 0))
+            by_index[rec["i"]].error = rec.get("error")
+        elif ev == "fr" and "entries" in rec:
+            trace.flight_recorder = list(rec["entries"])
+        elif ev == "bw":
+            trace.backwards.append(int(rec.get("t", 0)))
+        elif ev == "mem":
+            trace.memory.append(rec)
+    if trace is not None:
+        stack = path.parent / f"stack-{trace.pid}.txt"
+        if stack.is_file():
+            trace.stack = stack.read_text(errors="replace")
+    return trace
+
+
+def load_observation(directory: Path) -> Observation:
+    obs = Observation(directory)
+    if directory.is_dir():
+        for path in sorted(directory.glob("p*.jsonl")):
+            trace = read_process(path)
+            if trace is not None:
+                obs.processes.append(trace)
+    return obs
+
+
+def deadlocked(obs: Observation, now_ns: int, after_s: float) -> bool:
+    """All N ranks joined and every one has been inside an unfinished collective or
+    point-to-point call for `after_s` seconds. (Waiting at the rendezvous is not a call.)"""
+    ranks = obs.ranks()
+    sizes = {p.size for p in ranks.values()}
+    if len(sizes) != 1 or set(ranks) != set(range(sizes.pop() or 0)):
+        return False
+    for p in ranks.values():
+        c = p.open_call()
+        if c is None or now_ns - c.t0 < after_s * 1e9:
+            return False
+    return True
+
+
+def _innermost_frame(stack: str) -> str:
+    """'file:line in func' of the first submission frame of the main thread's dump."""
+    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack.strip())
+    for block in reversed(blocks):  # the latest dump comes last
+        if "most recent call first" not in block:
+            continue
+        for m in re.finditer(r'File "(?P<f>[^"]+)", line (?P<l>\d+) in (?P<fn>\S+)', block):
+            if "/torch/" in m["f"] or "/observer/" in m["f"] or "threading.py" in m["f"]:
+                continue
+            return f"{'/'.join(m['f'].split('/')[-2:])}:{m['l']} in {m['fn']}"
+    return ""
+
+
+def _rank_list(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ",".join(map(str, ranks))
+
+
+def where_blocked(obs: Observation) -> str:
+    """One line: each rank's unfinished call (ranks in the same call grouped), else its stack.
+    e.g. 'rank 0 blocked in recv(src=1) at main.py:153; ranks 1-3 in all_reduce #13 at
+    main.py:160'."""
+    groups: dict[str, list[int]] = {}
+    for rank, p in sorted(obs.ranks().items()):
+        c = p.open_call()
+        if c is not None:
+            n = sum(1 for x in p.calls[:p.calls.index(c) + 1] if not x.p2p)
+            what = (f"{c.op}({c.peer})" if c.p2p else f"{c.op} #{n}") + f" at {c.site}"
+        else:
+            frame = _innermost_frame(p.stack)
+            last = p.calls[-1].describe() if p.calls else "none"
+            what = (f"not in a collective (at {frame}; last call {last})" if frame
+                    else f"not in a collective (last call {last})")
+        groups.setdefault(what, []).append(rank)
+    if not groups:
+        return "no rank joined a process group"
+    parts = []
+    for i, (what, ranks) in enumerate(groups.items()):
+        verb = "blocked in " if i == 0 and not what.startswith("not ") else (
+            "in " if not what.startswith("not ") else "")
+        parts.append(f"{_rank_list(ranks)} {verb}{what}")
+    return "; ".join(parts)
+
+
+def stacks(obs: Observation, limit: int = 12) -> str:
+    """Each rank's faulthandler dump (the first `limit` lines), for the failure message."""
+    out = []
+    for rank, p in sorted(obs.ranks().items()):
+        if p.stack.strip():
+            lines = p.stack.strip().splitlines()
+            out.append(f"rank {rank} (pid {p.pid}):\n  " + "\n  ".join(lines[:limit]))
+    return "\n".join(out)

@@ -1,0 +1,239 @@
+"""Invariants over what the ranks did, as the observer saw it, not what the run reports.
+
+- `check_genuine_ranks`: N distinct processes joined one process group of size N as ranks
+  0..N-1 (a 1-rank run may skip the process group);
+- `check_same_sequence`: every rank issued the same collectives, with the same shapes, in
+  the same order (the first difference is reported with each rank's call site);
+- `check_zero_traffic`: ZeRO-1 moves no more than plain data parallelism: per training step
+  each rank sends at most 2(N-1)/N·P elements (the ZeRO paper's 2Ψ: a reduce-scatter plus an
+  all-gather, the volume of one all-reduce);
+- `check_measured_memory`: over N = 1, 2, 4 with the same rows per rank, the persistent
+  tensor storage that shrinks as 1/N is at least 12P bytes (master, exp_avg, exp_avg_sq).
+
+Each returns located `Violation`s like tests/harness/checks.py; an unobserved run (the
+observer turned off) gives none, and the tests skip.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from tests.harness.checks import Run
+from tests.harness.observe import Call, Observation, ProcessTrace
+from tests.harness.violations import Violation
+
+INV = "communication"
+# Elements per step beyond 2(N-1)/N·P that are not a violation: padding P to a multiple of N
+# and a few scalars (loss, norms, the guard's flags). Duplicated gradient or parameter
+# traffic adds at least (N-1)/N·P, half the bound, so 2% of it separates the two cleanly.
+TRAFFIC_SLACK = 0.02
+# Bytes of P-sized state below 12P that the memory check tolerates (in units of P bytes).
+# Sharding each of master, exp_avg and exp_avg_sq shrinks per-rank memory by 4P bytes apiece;
+# anything less than all three falls short by >= 4P. What else may change with N is small next
+# to P: the data rows (N·B·17 int64 on some designs) and a few scalars. 1P separates them.
+MEMORY_TOLERANCE_P = 1.0
+NOT_OBSERVED = ("nothing loaded the suite's observer: the submission is not a Python program, "
+                "or started Python with -I/-E/-S (the observed checks need torch.distributed "
+                "in Python; --no-observe turns them off)")
+
+
+def _observation(run: Run, inv: str) -> tuple[Observation | None, list[Violation]]:
+    obs = run.observed
+    if obs is None:
+        return None, []
+    if not obs.processes:
+        return None, [Violation(inv, None, None, "an observed Python process", "none",
+                                NOT_OBSERVED)]
+    return obs, []
+
+
+def check_genuine_ranks(run: Run) -> list[Violation]:
+    """For N >= 2: N distinct processes joined one process group of size N, ranks 0..N-1."""
+    obs, out = _observation(run, INV)
+    if obs is None or run.world_size == 1:
+        return out
+    n = run.world_size
+    joined = [p for p in obs.processes if p.rank is not None]
+    if not joined:
+        return [Violation(INV, None, None, f"{n} processes in one process group",
+                          "no process group",
+                          f"{len(obs.processes)} Python process(es) ran and none called "
+                          "init_process_group: the ranks were never started (did one process "
+                          "write every rank's files?)")]
+    for p in joined:
+        if p.size != n:
+            out.append(Violation(INV, p.rank, None, f"a process group of size {n}",
+                                 f"size {p.size}", f"pid {p.pid} joined a group of {p.size}"))
+    by_rank: dict[int, list[ProcessTrace]] = defaultdict(list)
+    for p in joined:
+        by_rank[p.rank].append(p)  # type: ignore[index]
+    for r in range(n):
+        if r not in by_rank:
+            out.append(Violation(INV, r, None, f"a process that joined as rank {r}", "none",
+                                 f"{len(joined)} process(es) joined the group as ranks "
+                                 f"{sorted(by_rank)}"))
+        elif len(by_rank[r]) > 1:
+            out.append(Violation(INV, r, None, "one process per rank",
+                                 f"{len(by_rank[r])} processes",
+                                 f"pids {[p.pid for p in by_rank[r]]} all joined as rank {r}"))
+    return out
+
+
+def check_same_sequence(run: Run) -> list[Violation]:
+    """Every rank's collectives agree in op, sizes, dtype and group, call for call."""
+    obs, out = _observation(run, INV)
+    if obs is None:
+        return out
+    ranks = obs.ranks()
+    if len(ranks) < 2:
+        return out
+    seqs = {r: p.collectives() for r, p in sorted(ranks.items())}
+    longest = max(len(s) for s in seqs.values())
+    for k in range(longest):
+        calls = {r: (s[k] if k < len(s) else None) for r, s in seqs.items()}
+        sigs = {c.signature() if c else None for c in calls.values()}
+        if len(sigs) == 1:
+            continue
+        parts = []
+        for r, c in calls.items():
+            if c is not None:
+                parts.append(f"rank {r}: {c.describe()}")
+                continue
+            blocked = ranks[r].open_call()
+            parts.append(f"rank {r}: none" + (f" (blocked in {blocked.describe()})"
+                                              if blocked else " (it issued no more)"))
+        first = calls[min(calls)]
+        odd = min(r for r, c in calls.items()
+                  if c is None or first is None or c.signature() != first.signature())
+        return [*out, Violation(INV, odd, None, f"collective #{k + 1} the same on every rank",
+                                "different calls", "; ".join(parts))]
+    return out
+
+
+def sent_elements(c: Call, n: int) -> float:
+    """Elements this rank sends for one call, by what the program asked for (gloo runs a
+    reduce-scatter as a full all-reduce underneath: the lesson's cost model counts the call)."""
+    f = (n - 1) / n
+    op = c.op
+    if op == "all_reduce":
+        return 2 * f * c.numel_in
+    if op.startswith(("reduce_scatter", "all_to_all")):
+        return f * c.numel_in
+    if op.startswith("all_gather") and op != "all_gather_object":
+        return f * (c.numel_out or n * c.numel_in)
+    if op in ("send", "isend"):
+        return float(c.numel_in)
+    if op in ("broadcast", "reduce", "scatter", "gather"):
+        return f * c.numel_in
+    return 0.0  # barriers, receives, object collectives
+
+
+def training_calls(p: ProcessTrace) -> list[Call]:
+    """The calls from the first backward on (the initial broadcast and set-up set aside)."""
+    start = p.backwards[0] if p.backwards else None
+    calls = p.collectives() + [c for c in p.calls if c.p2p]
+    return [c for c in calls if start is not None and c.t0 >= start]
+
+
+def params_of(run: Run) -> int | None:
+    """P as observed (the elements of the model's nn.Parameters), else as the run reports."""
+    obs = run.observed
+    seen = [x for p in (obs.processes if obs else []) if (x := p.param_elements())]
+    return max(seen) if seen else run.parsed.n_params
+
+
+def traffic_per_step(run: Run) -> dict[int, dict[str, float]]:
+    """rank -> {"op at site": elements sent per training step}."""
+    obs = run.observed
+    out: dict[int, dict[str, float]] = {}
+    for r, p in sorted((obs.ranks() if obs else {}).items()):
+        by_site: dict[str, float] = defaultdict(float)
+        for c in training_calls(p):
+            by_site[f"{c.op} at {c.site}"] += sent_elements(c, run.world_size) / run.steps
+        out[r] = dict(by_site)
+    return out
+
+
+def _diagnosis(by_site: dict[str, float], n: int, P: int) -> str:
+    """What the extra traffic most likely is, from the calls that move gradient-sized data."""
+    big = [(k, v) for k, v in by_site.items() if v >= 0.5 * (n - 1) / n * P]
+    reduces = [k for k, _ in big if k.startswith("all_reduce")]
+    others = [k for k, _ in big if not k.startswith("all_reduce")]
+    if reduces and others:
+        return (f"gradients reduced twice? {reduces[0]} and {others[0]} each move ~P elements "
+                "(DDP's all-reduce composed with ZeRO's reduce-scatter?)")
+    if len(reduces) >= 2:
+        return f"the full gradient is all-reduced more than once: {', '.join(reduces)}"
+    if len(big) >= 3:
+        return f"{len(big)} calls each move ~P elements; ZeRO-1 needs two per step"
+    return "more data per step than one all-reduce of the parameters"
+
+
+def check_zero_traffic(run: Run) -> list[Violation]:
+    """Per step, each rank sends at most 2(N-1)/N·P elements (+2%: padding and scalars)."""
+    obs, out = _observation(run, INV)
+    if obs is None or run.world_size == 1:
+        return out
+    P = params_of(run)
+    if P is None:
+        return [*out, Violation(INV, None, None, "P", "unknown",
+                                "no parameters observed and no summary.json")]
+    n = run.world_size
+    bound = 2 * (n - 1) / n * P * (1 + TRAFFIC_SLACK)
+    for r, by_site in traffic_per_step(run).items():
+        total = sum(by_site.values())
+        if total > bound:
+            top = sorted(by_site.items(), key=lambda kv: -kv[1])[:4]
+            breakdown = ", ".join(f"{k}: {v:,.0f}" for k, v in top)
+            out.append(Violation(INV, r, None,
+                                 f"<= 2(N-1)/N·P = {2 * (n - 1) / n * P:,.0f} elements sent "
+                                 "per step", f"{total:,.0f}",
+                                 f"{_diagnosis(by_site, n, P)}; per step: {breakdown}"))
+    return out
+
+
+def persistent_bytes(run: Run) -> int | None:
+    """The largest per-rank persistent tensor storage the observer measured in this run."""
+    obs = run.observed
+    found = [x for p in (obs.trainers().values() if obs else [])
+             if (x := p.persistent_bytes()) is not None]
+    return max(found) if found else None
+
+
+def check_measured_memory(runs: dict[int, Run]) -> list[Violation]:
+    """Over N = 1, 2, 4 (same rows per rank), the part of each rank's persistent state that
+    shrinks as 1/N is >= (12 - tolerance)·P bytes; reports it next to optimizer_bytes."""
+    inv = "zero1_memory"
+    out: list[Violation] = []
+    measured: dict[int, int] = {}
+    for n, run in sorted(runs.items()):
+        obs, problems = _observation(run, inv)
+        if obs is None:
+            if problems:
+                return problems
+            continue
+        b = persistent_bytes(run)
+        if b is None:
+            out.append(Violation(inv, None, None, f"two memory snapshots in the N={n} run",
+                                 "none", "the observer snapshots at backward calls 3 and 6: "
+                                 f"did the run train? ({run.outcome.reason()})"))
+        else:
+            measured[n] = b
+    if out or len(measured) < 2 or 1 not in measured:
+        return out
+    P = params_of(runs[1]) or 1
+    # persistent(N) = A + B/N: each pair with N = 1 estimates B; the smaller one counts
+    shrink = min((measured[1] - measured[n]) * n / (n - 1) for n in measured if n > 1)
+    need = (12 - MEMORY_TOLERANCE_P) * P
+    if shrink < need:
+        logged = {n: (r.parsed.records.get(0, {}).get(r.steps) or {}).get("optimizer_bytes")
+                  for n, r in runs.items()}
+        out.append(Violation(
+            inv, None, None, f">= 12P = {12 * P:,} bytes of persistent state sharded as 1/N",
+            f"{shrink:,.0f} bytes ({shrink / P:.1f}P)",
+            "measured persistent tensor bytes per rank "
+            + ", ".join(f"N={n}: {b:,}" for n, b in sorted(measured.items()))
+            + "; logged optimizer_bytes "
+            + ", ".join(f"N={n}: {v}" for n, v in sorted(logged.items()))
+            + ": some of master/exp_avg/exp_avg_sq is kept whole on every rank"))
+    return out

@@ -1,0 +1,348 @@
+"""The suite's observer, loaded into every Python process of a run under test.
+
+The runner puts this directory first on the run's PYTHONPATH and names a directory of its own
+in CAPSTONE_OBSERVE_DIR; Python imports `sitecustomize` at start-up, so every interpreter the
+run starts (its main process, mp.spawn and torchrun children) loads this file, and forked
+children inherit it. It never needs the submission's cooperation and writes only to that
+directory, one JSON-lines file per process, each line written with one `os.write` on an
+O_APPEND descriptor: what was written survives `os._exit`, SIGKILL and a hang.
+
+What it records, and from where:
+- `hello`: the process exists (pid, parent, argv);
+- `init`: it joined a process group (rank, size, backend), after `init_process_group`;
+- `call` / `end`: every `torch.distributed` collective and point-to-point call (op, group
+  ranks, dtypes, element counts, the submission's call site), before and after it runs;
+- `fr`: torch's own Flight Recorder at exit and at `destroy_process_group` (the only record
+  of collectives that no Python function issues, such as DDP's gradient all-reduce);
+- `bw`: each `torch.autograd.backward` (one per micro-batch: the training steps' clock);
+- `mem`: the tensor storages alive at two backward calls, and those alive at both;
+- on SIGUSR1 (sent by the runner to a hung run) `faulthandler` dumps every thread's stack.
+
+It must not change what a run computes: it reads tensors' sizes and storages, never their
+values, and it keeps no tensor alive (storages are held by weak reference only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing is not imported at run time: this file loads in every process
+    from collections.abc import Callable
+    from typing import Any
+
+_DIR = os.environ.get("CAPSTONE_OBSERVE_DIR")
+
+# Collective and point-to-point functions of torch.distributed that the observer wraps.
+_OPS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+        "all_gather_single", "all_gather_object", "reduce_scatter", "reduce_scatter_tensor",
+        "reduce_scatter_single", "all_to_all", "all_to_all_single", "barrier",
+        "monitored_barrier", "send", "recv", "isend", "irecv", "gather", "scatter",
+        "broadcast_object_list", "gather_object", "scatter_object_list", "batch_isend_irecv")
+_FR_KEYS = ("profiling_name", "input_sizes", "output_sizes", "input_dtypes",
+            "collective_seq_id", "pg_id", "is_p2p", "time_created_ns", "state")
+
+
+class _Observer:
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        self.pid = -1
+        self.fd = -1
+        self.calls = 0
+        self.backwards = 0
+        self.rank: int | None = None
+        self.mem_at = tuple(int(x) for x in
+                            os.environ.get("CAPSTONE_OBSERVE_MEM", "3,6").split(","))
+        self.first_snapshot: dict[int, tuple[object, int]] | None = None
+        self.fr_dumped = False
+        import threading
+
+        self.local = threading.local()
+        self._open()
+        os.register_at_fork(after_in_child=self._open)  # a forked rank gets its own file
+
+    # -- output -------------------------------------------------------------------------------
+    def _open(self) -> None:
+        """A file of this process's own (called again in a forked child)."""
+        import time
+
+        self.pid = os.getpid()
+        self.fd = os.open(os.path.join(self.dir, f"p{self.pid}-{time.time_ns()}.jsonl"),
+                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.calls = self.backwards = 0
+        self.rank, self.first_snapshot, self.fr_dumped = None, None, False
+        self.emit({"ev": "hello", "pid": self.pid, "ppid": os.getppid(),
+                   "argv": list(getattr(sys, "orig_argv", sys.argv))[:8],
+                   "t": time.time_ns()})
+        try:
+            import faulthandler
+            import signal
+
+            stacks = os.open(os.path.join(self.dir, f"stack-{self.pid}.txt"),
+                             os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=False)
+        except (ImportError, OSError, RuntimeError, ValueError):
+            pass
+
+    def emit(self, record: dict[str, Any]) -> None:
+        import json
+
+        with contextlib.suppress(OSError):
+            os.write(self.fd, (json.dumps(record, default=str) + "\n").encode())
+
+    # -- torch.distributed ----------------------------------------------------------------------
+    def patch_c10d(self, mod: Any) -> None:
+        for name in _OPS:
+            fn = getattr(mod, name, None)
+            if callable(fn):
+                setattr(mod, name, self._collective(name, fn))
+        for name, wrap in (("init_process_group", self._init),
+                           ("destroy_process_group", self._destroy)):
+            fn = getattr(mod, name, None)
+            if callable(fn):
+                setattr(mod, name, wrap(fn))
+
+    def _outer(self) -> bool:
+        return getattr(self.local, "depth", 0) == 0
+
+    def _collective(self, op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        import functools
+        import time
+
+        @functools.wraps(fn)
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            if not self._outer():
+                return fn(*args, **kwargs)  # torch calling itself (e.g. a deprecated alias)
+            self.local.depth = 1
+            try:
+                self.calls += 1
+                index = self.calls
+                try:
+                    record = _describe(op, fn, args, kwargs)
+                except Exception as e:  # never let the observer break the call
+                    record = {"op": op, "describe_error": repr(e)[:200]}
+                record.update(ev="call", i=index, site=_call_site(), t0=time.time_ns())
+                self.emit(record)
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as e:
+                    self.emit({"ev": "end", "i": index, "t1": time.time_ns(),
+                               "error": type(e).__name__})
+                    raise
+                self.emit({"ev": "end", "i": index, "t1": time.time_ns()})
+                return result
+            finally:
+                self.local.depth = 0
+        return observed
+
+    def _init(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        import functools
+
+        @functools.wraps(fn)
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            self.local.depth = getattr(self.local, "depth", 0) + 1
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                self.local.depth -= 1
+            try:
+                import torch.distributed as dist
+
+                self.rank = dist.get_rank()
+                self.emit({"ev": "init", "rank": self.rank, "size": dist.get_world_size(),
+                           "backend": str(dist.get_backend()), "site": _call_site()})
+            except Exception as e:
+                self.emit({"ev": "init", "error": repr(e)[:200]})
+            return result
+        return observed
+
+    def _destroy(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        import functools
+
+        @functools.wraps(fn)
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            self.dump_flight_recorder()
+            return fn(*args, **kwargs)
+        return observed
+
+    def dump_flight_recorder(self) -> None:
+        """torch's own record of this process's collectives (kept for the last dump)."""
+        if os.getpid() != self.pid or self.rank is None:
+            return
+        try:
+            import json
+
+            import torch
+
+            dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json")  # noqa: B009
+            raw = dump(True, False)
+            entries = json.loads(raw).get("entries", [])
+            self.emit({"ev": "fr", "entries": [{k: e.get(k) for k in _FR_KEYS}
+                                               for e in entries]})
+        except Exception as e:
+            self.emit({"ev": "fr", "error": repr(e)[:200]})
+
+    # -- training steps and memory --------------------------------------------------------------
+    def patch_autograd(self, mod: Any) -> None:
+        fn = getattr(mod, "backward", None)
+        if not callable(fn):
+            return
+        import functools
+        import time
+
+        @functools.wraps(fn)
+        def observed(*args: Any, **kwargs: Any) -> Any:
+            self.backwards += 1
+            self.emit({"ev": "bw", "n": self.backwards, "t": time.time_ns()})
+            if self.backwards in self.mem_at:
+                try:
+                    self._snapshot()
+                except Exception as e:
+                    self.emit({"ev": "mem", "error": repr(e)[:200]})
+            return fn(*args, **kwargs)
+        setattr(mod, "backward", observed)  # noqa: B010
+
+    def _snapshot(self) -> None:
+        """Storages alive now; at the second point, also those alive at both (persistent)."""
+        import gc
+
+        import torch
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        storages: dict[int, tuple[object, int]] = {}
+        params: dict[int, int] = {}
+
+        def add(t: object) -> None:
+            if not isinstance(t, torch.Tensor) or t.is_meta or t.is_sparse:
+                return
+            s = t.untyped_storage()
+            if s.nbytes() and s.data_ptr() not in storages:
+                storages[s.data_ptr()] = (StorageWeakRef(s), s.nbytes())
+
+        for obj in gc.get_objects():
+            if issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no __class__
+                try:
+                    add(obj)
+                    if isinstance(obj, torch.nn.Parameter):
+                        params[id(obj)] = obj.numel()
+                        add(obj.grad)  # a gradient may have no Python object of its own
+                except (RuntimeError, NotImplementedError):
+                    continue
+        live = sum(n for _, n in storages.values())
+        record = {"ev": "mem", "at": self.backwards, "live_bytes": live,
+                  "storages": len(storages), "param_elements": sum(params.values())}
+        if self.first_snapshot is None:
+            self.first_snapshot = storages
+        else:
+            both = [n for ptr, (_, n) in storages.items()
+                    if ptr in self.first_snapshot and
+                    not self.first_snapshot[ptr][0].expired()]  # type: ignore[attr-defined]
+            record.update(persistent_bytes=sum(both), persistent_storages=len(both),
+                          since=self.mem_at[0])
+            self.first_snapshot = None
+        self.emit(record)
+
+
+def _tensors(value: object) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _describe(op: str, fn: Callable[..., Any], args: tuple[Any, ...],
+              kwargs: dict[str, Any]) -> dict[str, Any]:
+    """op, group, dtypes and element counts of one call, from its bound arguments."""
+    import inspect
+
+    import torch.distributed as dist
+
+    bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+    ins, outs, dtypes = 0, 0, []
+    for name, value in bound.items():
+        tensors = _tensors(value)
+        n = sum(t.numel() for t in tensors)
+        if name.startswith("output") or name in ("gather_list",):
+            outs += n
+        else:
+            ins += n
+        dtypes += [str(t.dtype).removeprefix("torch.") for t in tensors[:1]]
+    group = bound.get("group")
+    try:
+        ranks = dist.get_process_group_ranks(group) if group is not None else \
+            list(range(dist.get_world_size()))
+    except Exception:
+        ranks = []
+    record = {"op": op, "numel_in": ins, "numel_out": outs, "dtypes": dtypes,
+              "group": ranks, "async": bool(bound.get("async_op")) or op in ("isend", "irecv")}
+    for key in ("src", "dst", "group_src", "group_dst"):
+        if bound.get(key) is not None:
+            record["peer"] = f"{key}={bound[key]}"
+    return record
+
+
+def _call_site() -> str:
+    """The innermost frame outside torch and this file: where the submission made the call."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not (f"{os.sep}torch{os.sep}" in path or path == __file__
+                or path.startswith("<frozen") or f"{os.sep}typing_extensions" in path):
+            parts = path.split(os.sep)
+            return f"{os.sep.join(parts[-2:])}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+class _Hook:
+    """Patches a module right after it is first executed (torch.distributed.distributed_c10d
+    before torch.distributed re-exports its functions; torch.autograd)."""
+
+    def __init__(self, observer: _Observer) -> None:
+        self.targets = {"torch.distributed.distributed_c10d": observer.patch_c10d,
+                        "torch.autograd": observer.patch_autograd}
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        patch = self.targets.pop(name, None)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                real = spec.loader.exec_module
+
+                def exec_module(module: Any, real: Any = real, patch: Any = patch) -> None:
+                    real(module)
+                    try:
+                        patch(module)
+                    except Exception as e:
+                        _OBSERVER.emit({"ev": "patch", "module": name, "error": repr(e)[:200]})
+                spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+                return spec
+        return None
+
+
+def _install(directory: str) -> _Observer:
+    import atexit
+
+    observer = _Observer(directory)
+    sys.meta_path.insert(0, _Hook(observer))
+    atexit.register(observer.dump_flight_recorder)
+    real_exit = os._exit
+
+    def _exit(code: int) -> None:  # multiprocessing's forked children end here, as may ranks
+        observer.dump_flight_recorder()
+        real_exit(code)
+    os._exit = _exit  # type: ignore[assignment]
+    return observer
+
+
+if _DIR and os.path.isdir(_DIR):
+    _OBSERVER = _install(_DIR)
