@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 WEIGHTS: dict[str, float] = {
-    "monotonic_loss": 15,
-    "equal_rank_norms": 15,
+    "monotonic_loss": 10,
+    "equal_rank_norms": 10,
     "zero1_memory": 20,
     "byte_exact_resume": 20,
     "no_deadlock": 10,
     "single_process_parity": 10,
     "rollback": 10,
+    "communication": 10,
 }
 _MODULE = re.compile(r"(?:^|/)test_(?:invariant|fault)_(?P<name>\w+)\.py::")
 

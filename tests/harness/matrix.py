@@ -14,7 +14,13 @@ from tests.harness.checks import (
     check_rollback,
     check_zero_memory,
 )
-from tests.harness.runs import BASE, RESUMED, SINGLE, RunSpec, faulted
+from tests.harness.observed_checks import (
+    check_genuine_ranks,
+    check_measured_memory,
+    check_same_sequence,
+    check_zero_traffic,
+)
+from tests.harness.runs import BASE, MEM1, MEM2, RESUMED, SINGLE, RunSpec, faulted
 from tests.harness.violations import Violation
 
 Getter = Callable[[RunSpec], Run]
@@ -23,7 +29,10 @@ ROLLBACK_PROBE = ("nan", 12)
 CHECKS: dict[str, Callable[[Getter], list[Violation]]] = {
     "monotonic_loss": lambda run: check_monotonic_loss(run(BASE)),
     "equal_rank_norms": lambda run: check_equal_norms(run(BASE)),
-    "zero1_memory": lambda run: check_zero_memory(run(BASE)),
+    "zero1_memory": lambda run: check_zero_memory(run(BASE)) + check_measured_memory(
+        {1: run(MEM1), 2: run(MEM2), 4: run(BASE)}),
+    "communication": lambda run: (check_genuine_ranks(run(BASE)) + check_same_sequence(run(BASE))
+                                  + check_zero_traffic(run(BASE))),
     "no_deadlock": lambda run: check_clean_exit(run(BASE)),
     "byte_exact_resume": lambda run: check_resume(run(BASE), run(RESUMED), 10),
     "single_process_parity": lambda run: check_parity(run(BASE), run(SINGLE)),
@@ -31,7 +40,8 @@ CHECKS: dict[str, Callable[[Getter], list[Violation]]] = {
                                            *ROLLBACK_PROBE),
 }
 # Checks that need only the base run: evaluated for every mutant, since they cost nothing.
-FROM_BASE_RUN = ("monotonic_loss", "equal_rank_norms", "zero1_memory", "no_deadlock")
+# (zero1_memory also measures N = 1 and 2 runs: evaluated where it is a target.)
+FROM_BASE_RUN = ("monotonic_loss", "equal_rank_norms", "no_deadlock", "communication")
 
 
 def evaluate(run: Getter, names: tuple[str, ...]) -> dict[str, list[Violation]]:

@@ -60,6 +60,11 @@ def check_genuine_ranks(run: Run) -> list[Violation]:
                           f"{len(obs.processes)} Python process(es) ran and none called "
                           "init_process_group: the ranks were never started (did one process "
                           "write every rank's files?)")]
+    if all(p.size == 1 for p in joined):
+        return [Violation(INV, None, None, f"{n} processes in one process group",
+                          f"{len(joined)} process(es) in group(s) of 1",
+                          "the ranks were never started: did one process train on the whole "
+                          "batch and write every rank's files?")]
     for p in joined:
         if p.size != n:
             out.append(Violation(INV, p.rank, None, f"a process group of size {n}",

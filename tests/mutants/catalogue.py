@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from capstone import data, guard, trainer, world, zero
+from tests.mutants import one_process
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class Mutant:
     targets: tuple[str, ...]  # the invariants that must catch it
     patch: Callable[[], None]
     extra_flags: tuple[str, ...] = ()  # appended to the contract flags
+    main: Callable[[list[str]], int] | None = None  # instead of capstone's own main
 
 
 class _DistProxy:
@@ -184,6 +186,48 @@ def extra_collective() -> None:
     zero.reduce_scatter_mean = reduce_scatter
 
 
+def replicated_moments() -> None:
+    """Adam's moments kept whole on every rank; each rank updates (and logs, and checkpoints)
+    only its slice of them, so optimizer_bytes reads 12·ceil(P/N) from the slice views."""
+    original = zero.ZeroOneAdam.__init__
+
+    def init(self: zero.ZeroOneAdam, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        start, stop = self.layout.bounds(self.rank)
+        self.full_moments = [torch.zeros(self.layout.padded_size) for _ in range(2)]
+        self.shard.exp_avg = self.full_moments[0][start:stop]
+        self.shard.exp_avg_sq = self.full_moments[1][start:stop]
+    zero.ZeroOneAdam.__init__ = init  # type: ignore[method-assign]
+
+
+def ddp_and_zero() -> None:
+    """Lesson 77's DDP composed with lesson 78's ZeRO: the full gradient is all-reduced
+    (averaged) and then reduce-scattered again. Right numbers, twice the gradient traffic."""
+    real = zero.reduce_scatter_mean
+
+    def reduce_twice(out: torch.Tensor, flat: torch.Tensor, size: int,
+                     group: Any = None) -> None:
+        if size > 1:
+            dist.all_reduce(flat, group=group)
+            flat /= size
+        real(out, flat, size, group)
+    zero.reduce_scatter_mean = reduce_twice
+
+
+def unmatched_recv() -> None:
+    """At its 5th gradient reduction rank 0 waits for rank 1 to send its loss; rank 1 never
+    sends, and ranks 1..3 go on into the reduce-scatter: a deadlock."""
+    real, calls = zero.reduce_scatter_mean, {"n": 0}
+
+    def reduce_scatter(out: torch.Tensor, flat: torch.Tensor, size: int,
+                       group: Any = None) -> None:
+        calls["n"] += 1
+        if calls["n"] == 5 and dist.get_rank() == 0:
+            dist.recv(torch.zeros(1), src=1)
+        real(out, flat, size, group)
+    zero.reduce_scatter_mean = reduce_scatter
+
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("no_broadcast", ("equal_rank_norms", "single_process_parity"), no_broadcast),
     Mutant("no_allgather", ("equal_rank_norms",), no_allgather),
@@ -194,9 +238,16 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("step_count_not_restored", ("byte_exact_resume",), step_count_not_restored),
     Mutant("same_rows", ("single_process_parity",), same_rows),
     Mutant("no_guard", ("rollback",), no_guard),
-    Mutant("extra_collective", ("no_deadlock",), extra_collective, ("--pg-timeout", "5")),
+    Mutant("extra_collective", ("no_deadlock", "communication"), extra_collective,
+           ("--pg-timeout", "5")),
     # of our own design
     Mutant("stale_checkpoint", ("zero1_memory", "byte_exact_resume"), stale_checkpoint),
     Mutant("local_loss", ("monotonic_loss",), local_loss),
     Mutant("local_grad_norm", ("single_process_parity",), local_grad_norm),
+    # observed, not reported (what the ranks did)
+    Mutant("single_process", ("communication", "zero1_memory"), lambda: None,
+           main=one_process.main),
+    Mutant("replicated_moments", ("zero1_memory",), replicated_moments),
+    Mutant("ddp_and_zero", ("communication",), ddp_and_zero),
+    Mutant("unmatched_recv", ("communication", "no_deadlock"), unmatched_recv),
 ]}

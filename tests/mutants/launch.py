@@ -20,7 +20,7 @@ def main() -> int:
     mutant.patch()
     from capstone.cli import main as capstone_main
 
-    return capstone_main([*sys.argv[2:], *mutant.extra_flags])
+    return (mutant.main or capstone_main)([*sys.argv[2:], *mutant.extra_flags])
 
 
 if __name__ == "__main__":
