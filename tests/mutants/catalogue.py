@@ -194,9 +194,9 @@ def replicated_moments() -> None:
     def init(self: zero.ZeroOneAdam, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         start, stop = self.layout.bounds(self.rank)
-        self.full_moments = [torch.zeros(self.layout.padded_size) for _ in range(2)]
-        self.shard.exp_avg = self.full_moments[0][start:stop]
-        self.shard.exp_avg_sq = self.full_moments[1][start:stop]
+        whole = [torch.zeros(self.layout.padded_size) for _ in range(2)]  # kept via the views
+        self.shard.exp_avg = whole[0][start:stop]
+        self.shard.exp_avg_sq = whole[1][start:stop]
     zero.ZeroOneAdam.__init__ = init  # type: ignore[method-assign]
 
 
