@@ -1,0 +1,25 @@
+"""A correct submission that starts its ranks the way PyTorch's DDP tutorial does: mp.spawn,
+MASTER_ADDR=localhost and a fixed MASTER_PORT (12355), env:// rendezvous. Each rank runs the
+reference's trainer. Two such runs at once meet on the port (and hang) unless every run has a
+network namespace of its own."""
+
+import os
+import sys
+
+import torch.multiprocessing as mp
+
+
+def rank_main(rank: int, world_size: int, argv: list[str]) -> None:
+    os.environ.update(MASTER_ADDR="localhost", MASTER_PORT="12355", RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    from capstone.cli import main
+
+    code = main(argv)
+    if code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    n = int(args[args.index("--world-size") + 1]) if "--world-size" in args else 4
+    mp.spawn(rank_main, args=(n, args), nprocs=n)

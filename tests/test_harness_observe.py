@@ -1,0 +1,182 @@
+"""The observed checks on synthetic traces: ways of writing ZeRO-1 that the lesson allows pass
+(whatever the collective API, world size or model size), and the compositions it warns about
+fail with the call sites that explain them. No runs: pure functions of traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.harness.checks import Run
+from tests.harness.observe import Call, Observation, ProcessTrace, deadlocked, where_blocked
+from tests.harness.observed_checks import (
+    NOT_OBSERVED,
+    check_genuine_ranks,
+    check_measured_memory,
+    check_same_sequence,
+    check_zero_traffic,
+)
+from tests.harness.parse import ParsedRun
+from tests.harness.runner import Outcome
+
+SEC = 10**9
+
+
+def call(op: str, n_in: int, n_out: int = 0, site: str = "main.py:10", t0: int = 0,
+         done: bool = True, peer: str = "", group: int = 4) -> Call:
+    return Call(0, op, n_in, n_out, "float32", list(range(group)), site, t0,
+                t0 + 1 if done else None, peer=peer)
+
+
+def rank_trace(rank: int, size: int, calls: list[Call], backward_at: int = 0,
+               fr: list[dict[str, object]] | None = None, P: int = 0) -> ProcessTrace:
+    p = ProcessTrace(pid=100 + rank, rank=rank, size=size, calls=calls, flight_recorder=fr,
+                     backwards=[backward_at])
+    if P:
+        p.memory = [{"param_elements": P}]
+    return p
+
+
+def observed_run(processes: list[ProcessTrace], size: int, steps: int = 1,
+                 P: int | None = None) -> Run:
+    parsed = ParsedRun(out=Path("."), world_size=size,
+                       summary={"n_params": P} if P else None)
+    return Run("synthetic", steps, size, Outcome([], ".", 0, False, 0.0), parsed,
+               Observation(Path("."), processes))
+
+
+def zero_step(size: int, P: int, t: int, api: str) -> list[Call]:
+    """One ZeRO-1 step as a student may write it: the gradients' reduce-scatter, a scalar
+    all-reduce for the loss, the parameters' all-gather."""
+    shard = -(-P // size)
+    if api == "tensor":
+        return [call("reduce_scatter_tensor", shard * size, shard, t0=t),
+                call("all_reduce", 1, t0=t + 2),
+                call("all_gather_into_tensor", shard, shard * size, t0=t + 4)]
+    if api == "lists":
+        return [call("reduce_scatter", shard * size, shard, t0=t),
+                call("all_reduce", 1, t0=t + 2),
+                call("all_gather", shard, shard * size, t0=t + 4)]
+    return [call("all_to_all_single", shard * size, shard * size, t0=t),  # the reference's
+            call("all_reduce", 2, t0=t + 2),
+            call("all_to_all_single", shard * size, shard * size, t0=t + 4)]
+
+
+@given(size=st.integers(2, 8), P=st.integers(1_000, 10_000_000), steps=st.integers(1, 5),
+       api=st.sampled_from(["tensor", "lists", "all_to_all"]))
+def test_zero1_written_any_way_moves_one_allreduce_per_step(size, P, steps, api):
+    procs = [rank_trace(r, size, [c for s in range(steps) for c in zero_step(size, P, 10 * s, api)],
+                        P=P) for r in range(size)]
+    run = observed_run(procs, size, steps, P)
+    assert check_zero_traffic(run) == []
+    assert check_same_sequence(run) == []
+    assert check_genuine_ranks(run) == []
+
+
+@given(size=st.integers(2, 8), P=st.integers(1_000, 10_000_000),
+       api=st.sampled_from(["tensor", "lists", "all_to_all"]))
+def test_an_extra_gradient_allreduce_is_named_with_both_call_sites(size, P, api):
+    shard = -(-P // size)
+    step = [call("all_reduce", shard * size, site="main.py:150", t0=0),
+            *zero_step(size, P, 1, api)]
+    step[1].site = "main.py:158"
+    run = observed_run([rank_trace(r, size, list(step), P=P) for r in range(size)], size, 1, P)
+    found = check_zero_traffic(run)
+    assert len(found) == size
+    assert "gradients reduced twice" in found[0].message
+    assert "all_reduce at main.py:150" in found[0].message
+    assert "main.py:158" in found[0].message
+
+
+def test_ddp_reducer_traffic_seen_only_by_the_flight_recorder_counts():
+    """DDP's all-reduce has no Python call: the Flight Recorder's entry is what is counted."""
+    P, size = 40_000, 4
+    fr = [{"profiling_name": "gloo:all_reduce", "input_sizes": [[P]], "output_sizes": [[P]],
+           "input_dtypes": ["Float"], "time_created_ns": 5, "is_p2p": False}]
+    plain_ddp = observed_run([rank_trace(r, size, [], fr=fr, P=P) for r in range(size)],
+                             size, 1, P)
+    assert check_zero_traffic(plain_ddp) == []  # one all-reduce: the bound exactly
+    both = observed_run([rank_trace(r, size, zero_step(size, P, 10, "tensor"), fr=fr, P=P)
+                         for r in range(size)], size, 1, P)
+    found = check_zero_traffic(both)
+    assert found and "torch C++ (no Python call)" in found[0].message
+
+
+def test_a_python_call_is_not_counted_again_through_its_flight_recorder_entry():
+    P, size = 40_000, 4
+    step = zero_step(size, P, 10, "tensor")
+    fr = [{"profiling_name": "gloo:all_reduce", "input_sizes": [[P]], "time_created_ns": 10}]
+    run = observed_run([rank_trace(r, size, step, fr=fr, P=P) for r in range(size)], size, 1, P)
+    assert check_zero_traffic(run) == []  # gloo's record of the reduce-scatter, inside its call
+
+
+def test_different_shapes_on_one_rank_name_the_first_difference_and_both_sites():
+    a = [call("all_reduce", 10, site="main.py:20"), call("all_reduce", 99, site="main.py:30")]
+    b = [call("all_reduce", 10, site="main.py:20"), call("all_reduce", 98, site="main.py:31")]
+    run = observed_run([rank_trace(0, 2, a), rank_trace(1, 2, b)], 2)
+    [v] = check_same_sequence(run)
+    assert "#2" in v.expected and "main.py:30" in v.message and "main.py:31" in v.message
+
+
+def test_point_to_point_calls_are_not_part_of_the_collective_sequence():
+    run = observed_run([rank_trace(0, 2, [call("send", 4, peer="dst=1"),
+                                          call("barrier", 0)]),
+                        rank_trace(1, 2, [call("recv", 4, peer="src=0"),
+                                          call("barrier", 0)])], 2)
+    assert check_same_sequence(run) == []
+
+
+def test_one_process_claiming_four_ranks_and_no_observer_at_all():
+    alone = observed_run([ProcessTrace(pid=7, backwards=[1])], 4)
+    [v] = check_genuine_ranks(alone)
+    assert "never started" in v.message
+    nothing = observed_run([], 4)
+    [v] = check_genuine_ranks(nothing)
+    assert v.message == NOT_OBSERVED and "\n" not in str(v)
+    assert check_genuine_ranks(observed_run([rank_trace(0, 4, [])], 4))  # ranks 1-3 missing
+
+
+def _memory_runs(P: int, persistent: dict[int, int]) -> dict[int, Run]:
+    runs = {}
+    for n, b in persistent.items():
+        p = rank_trace(0, n, [], P=P)
+        p.memory.append({"persistent_bytes": b, "param_elements": P})
+        runs[n] = observed_run([p], n, 6, P)
+    return runs
+
+
+@given(P=st.integers(1_000, 10_000_000), fixed=st.integers(0, 10**8))
+def test_measured_memory_needs_12P_sharded(P, fixed):
+    def shrinking(sharded: float) -> dict[int, int]:
+        return {n: fixed + round(sharded * P / n) for n in (1, 2, 4)}
+    assert check_measured_memory(_memory_runs(P, shrinking(16))) == []  # the reference
+    assert check_measured_memory(_memory_runs(P, shrinking(12))) == []  # master + moments
+    assert check_measured_memory(_memory_runs(P, shrinking(8)))  # moments kept whole
+    assert check_measured_memory(_memory_runs(P, shrinking(0)))  # nothing sharded
+
+
+def test_deadlock_needs_every_rank_joined_and_blocked_for_K_seconds():
+    def ranks(*blocked_since: int | None, size: int = 3) -> Observation:
+        procs = []
+        for r, t in enumerate(blocked_since):
+            calls = [call("all_reduce", 8, t0=t or 0, done=t is None)]
+            procs.append(rank_trace(r, size, calls))
+        return Observation(Path("."), procs)
+    now = 100 * SEC
+    assert deadlocked(ranks(90 * SEC, 90 * SEC, 90 * SEC), now, 5)
+    assert not deadlocked(ranks(90 * SEC, 90 * SEC, 97 * SEC), now, 5)  # one only just came
+    assert not deadlocked(ranks(90 * SEC, 90 * SEC, None), now, 5)  # one is computing
+    assert not deadlocked(ranks(90 * SEC, 90 * SEC), now, 5)  # rank 2 still importing torch
+
+
+def test_where_blocked_groups_ranks_by_the_call_they_wait_in():
+    procs = [rank_trace(0, 4, [call("recv", 1, site="main.py:153", t0=1, done=False,
+                                    peer="src=1")])]
+    for r in range(1, 4):
+        procs.append(rank_trace(r, 4, [call("all_reduce", 8, site="main.py:160", t0=1,
+                                            done=False)]))
+    text = where_blocked(Observation(Path("."), procs))
+    assert text == ("rank 0 blocked in recv(src=1) at main.py:153; "
+                    "ranks 1-3 in all_reduce #1 at main.py:160")

@@ -1,0 +1,146 @@
+"""The observer and the containment, on real runs: the observer changes no result, a deadlock
+is stopped early and located, and a run cannot outlive, escape or edit the suite."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.harness import contain
+from tests.harness.checks import check_clean_exit, check_monotonic_loss
+from tests.harness.observed_checks import NOT_OBSERVED, check_genuine_ranks
+from tests.harness.runner import Watch
+from tests.harness.runs import BASE, RunCache, RunSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTILE = ROOT / "tests" / "hostile"
+namespaces_only = pytest.mark.skipif(contain.mode() != contain.NAMESPACES,
+                                     reason="unshare is not allowed here (marker-scan fallback)")
+
+
+def hostile(name: str) -> tuple[str, ...]:
+    path = HOSTILE / name
+    return (str(path),) if name.endswith(".sh") else (sys.executable, str(path))
+
+
+def cache(tmp_path: Path, bound: float, hang_after_s: float = 5.0) -> RunCache:
+    return RunCache(tmp_path, bound, ROOT, 4096 * 2**20, 64 * 2**20,
+                    Watch(observe=True, hang_after_s=hang_after_s, contain=True))
+
+
+def _files(out: Path) -> dict[str, str]:
+    """Every file a run wrote, by sha256; metrics without the wall-clock step time."""
+    import json
+
+    found = {}
+    for path in sorted(out.rglob("*")):
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        if path.suffix == ".jsonl":
+            recs = [json.loads(ln) for ln in data.decode().splitlines() if ln.strip()]
+            data = json.dumps([{k: v for k, v in r.items() if k != "step_time_s"}
+                               for r in recs]).encode()
+        found[str(path.relative_to(out))] = hashlib.sha256(data).hexdigest()
+    return found
+
+
+def test_observer_leaves_the_reference_results_byte_identical(reference_only, run, tmp_path):
+    observed = run(BASE)
+    assert observed.observed is not None and observed.observed.ranks()
+    plain = RunCache(tmp_path, 60, ROOT, None, None, Watch(observe=False, contain=True)
+                     ).get((sys.executable, "-m", "capstone"), BASE)
+    assert plain.observed is None and plain.outcome.returncode == 0
+    a, b = _files(observed.parsed.out), _files(plain.parsed.out)
+    assert a == b and any(k.endswith("rank-3.pt") for k in a)
+
+
+@pytest.mark.slow
+def test_a_deadlock_is_stopped_early_and_located(tmp_path):
+    r = cache(tmp_path, bound=60, hang_after_s=2).get(hostile("deadlock.py"), BASE)
+    o = r.outcome
+    assert o.deadlock_s == 2 and not o.timed_out and o.wall_s < 30, o.reason()
+    assert o.blocked.startswith("rank 0 blocked in recv(src=1) at hostile/deadlock.py:"), o.blocked
+    assert "ranks 1-3 in all_reduce #5 at hostile/deadlock.py:" in o.blocked, o.blocked
+    assert "deadlock.py" in o.stacks and "rank_main" in o.stacks  # faulthandler's dumps
+    first = check_clean_exit(r)[0]
+    assert "deadlock" in str(first) and "recv(src=1)" in str(first)
+    assert o.alive_at_bound and not o.survivors
+
+
+@namespaces_only
+def test_a_helper_with_a_clean_environment_is_ended_and_reported(tmp_path):
+    r = cache(tmp_path, bound=5).get(hostile("escape_clean.py"), BASE)
+    assert r.outcome.returncode == 0 and len(r.outcome.survivors) == 1
+    assert any("no process left" in str(v) for v in check_clean_exit(r))
+    leftover = subprocess.run(["pgrep", "-f", "sleep 3599.25"], capture_output=True, text=True)
+    assert leftover.stdout == "", "the helper outlived its run"
+
+
+@namespaces_only
+def test_a_run_cannot_edit_the_suite_or_write_outside_its_directory(tmp_path):
+    checks = ROOT / "tests" / "harness" / "checks.py"
+    before = checks.read_bytes()
+    r = cache(tmp_path, bound=10).get(hostile("tamper.py"), BASE)
+    import json
+
+    done = json.loads((r.parsed.out / "tamper.json").read_text())
+    assert all(v.startswith("refused") for v in done.values()), done
+    assert checks.read_bytes() == before and not (ROOT / "tampered.txt").exists()
+
+
+def test_a_submission_that_is_not_python_fails_the_observed_checks_in_one_line(tmp_path):
+    r = cache(tmp_path, bound=10).get(hostile("shell.sh"), BASE)
+    [v] = check_genuine_ranks(r)
+    assert v.message == NOT_OBSERVED and "\n" not in str(v)
+
+
+@namespaces_only
+@pytest.mark.slow
+def test_tutorial_style_ranks_on_a_fixed_port_run_side_by_side(tmp_path):
+    """Two runs of a submission that uses MASTER_PORT=12355 at once, each in its own network
+    namespace: neither joins the other's store; a 1 s deadlock threshold never fires while
+    spawned ranks are still importing torch."""
+    c = cache(tmp_path, bound=90, hang_after_s=1)
+    specs = [RunSpec("tutorial-a", steps=6, checkpoint_every=3),
+             RunSpec("tutorial-b", steps=6, checkpoint_every=3, seed=1)]
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda s: c.get(hostile("tutorial.py"), s), specs))
+    for r in runs:
+        assert r.outcome.deadlock_s is None, r.outcome.reason()
+        assert check_clean_exit(r) == [] and check_genuine_ranks(r) == []
+        assert check_monotonic_loss(r) == []
+
+
+def test_without_namespaces_runs_fall_back_to_the_marker_scan_one_at_a_time(tmp_path):
+    env = dict(os.environ, **{contain.FORCE_VAR: contain.MARKER_SCAN})
+    mode = subprocess.run([sys.executable, "-c", "from tests.harness import contain; "
+                           "print(contain.mode())"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert mode == contain.MARKER_SCAN
+    c = cache(tmp_path, bound=2)
+    lock = c._serialised(("python3", "main.py"))
+    if contain.mode() == contain.NAMESPACES:
+        assert not hasattr(lock, "acquire")  # namespaces: runs may overlap
+    c.watch = Watch(observe=True, contain=False)
+    assert hasattr(c._serialised(("python3", "main.py")), "acquire")
+    r = c.get(hostile("escape.py"), BASE)  # the marker scan still finds a marked helper
+    assert r.outcome.containment == contain.MARKER_SCAN and len(r.outcome.survivors) == 1
+
+
+def test_traces_survive_a_sigkilled_rank_and_ranks_ending_with_os_exit(reference_only, run):
+    """Rank 1 is SIGKILLed at step 5: its calls up to then are on disk; its peers end through
+    os._exit after the failure, and their Flight Recorder dumps are there too."""
+    r = run(RunSpec("kill5", inject="kill@5"))
+    assert r.outcome.returncode not in (0, None)
+    ranks = r.observed.ranks() if r.observed else {}
+    assert sorted(ranks) == [0, 1, 2, 3]
+    assert len(ranks[1].backwards) == 4 and ranks[1].calls  # killed before step 5's backward
+    assert ranks[1].flight_recorder is None
+    assert all(ranks[k].flight_recorder for k in (0, 2, 3))
