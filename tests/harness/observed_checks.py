@@ -47,6 +47,16 @@ def _observation(run: Run, inv: str) -> tuple[Observation | None, list[Violation
     return obs, []
 
 
+def _missing_ranks(run: Run, obs: Observation, what: str) -> list[Violation]:
+    """Nothing to compare when the N ranks never joined (reported, not passed vacuously)."""
+    joined = sorted(obs.ranks())
+    if run.world_size >= 2 and joined != list(range(run.world_size)):
+        return [Violation(INV, None, None, f"{run.world_size} ranks to {what}",
+                          f"ranks {joined} joined a process group",
+                          "no collective of the missing ranks was ever seen")]
+    return []
+
+
 def check_genuine_ranks(run: Run) -> list[Violation]:
     """For N >= 2: N distinct processes joined one process group of size N, ranks 0..N-1."""
     obs, out = _observation(run, INV)
@@ -91,7 +101,7 @@ def check_same_sequence(run: Run) -> list[Violation]:
         return out
     ranks = obs.ranks()
     if len(ranks) < 2:
-        return out
+        return out + _missing_ranks(run, obs, "compare")
     seqs = {r: p.collectives() for r, p in sorted(ranks.items())}
     longest = max(len(s) for s in seqs.values())
     for k in range(longest):
@@ -183,6 +193,7 @@ def check_zero_traffic(run: Run) -> list[Violation]:
     if P is None:
         return [*out, Violation(INV, None, None, "P", "unknown",
                                 "no parameters observed and no summary.json")]
+    out += _missing_ranks(run, obs, "measure")
     n = run.world_size
     bound = 2 * (n - 1) / n * P * (1 + TRAFFIC_SLACK)
     for r, by_site in traffic_per_step(run).items():
