@@ -165,10 +165,25 @@ def test_deadlock_needs_every_rank_joined_and_blocked_for_K_seconds():
             procs.append(rank_trace(r, size, calls))
         return Observation(Path("."), procs)
     now = 100 * SEC
-    assert deadlocked(ranks(90 * SEC, 90 * SEC, 90 * SEC), now, 5)
-    assert not deadlocked(ranks(90 * SEC, 90 * SEC, 97 * SEC), now, 5)  # one only just came
-    assert not deadlocked(ranks(90 * SEC, 90 * SEC, None), now, 5)  # one is computing
-    assert not deadlocked(ranks(90 * SEC, 90 * SEC), now, 5)  # rank 2 still importing torch
+    assert deadlocked(ranks(90 * SEC, 90 * SEC, 90 * SEC), now, 5) is not None
+    assert deadlocked(ranks(90 * SEC, 90 * SEC, 97 * SEC), now, 5) is None  # one only just came
+    assert deadlocked(ranks(90 * SEC, 90 * SEC, None), now, 5) is None  # one is computing
+    assert deadlocked(ranks(90 * SEC, 90 * SEC), now, 5) is None  # rank 2 still importing torch
+
+
+def test_calls_that_can_never_match_are_a_deadlock_after_one_second():
+    now = 100 * SEC
+    recv = rank_trace(0, 3, [call("recv", 1, t0=98 * SEC, done=False, peer="src=1")])
+    into = [rank_trace(r, 3, [call("all_reduce", 8, t0=98 * SEC, done=False)]) for r in (1, 2)]
+    # rank 1 can never send: it is inside the all_reduce
+    assert deadlocked(Observation(Path("."), [recv, *into]), now, 5) is not None
+    assert deadlocked(Observation(Path("."), [recv, *into]), 98 * SEC + SEC // 2, 5) is None
+    shapes = [rank_trace(r, 2, [call("all_reduce", 8 + r, t0=98 * SEC, done=False)])
+              for r in (0, 1)]
+    assert deadlocked(Observation(Path("."), shapes), now, 5) is not None
+    pair = [rank_trace(0, 2, [call("send", 8, t0=98 * SEC, done=False, peer="dst=1")]),
+            rank_trace(1, 2, [call("recv", 8, t0=98 * SEC, done=False, peer="src=0")])]
+    assert deadlocked(Observation(Path("."), pair), now, 5) is None  # a matched pair in flight
 
 
 def test_where_blocked_groups_ranks_by_the_call_they_wait_in():

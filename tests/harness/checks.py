@@ -291,7 +291,7 @@ def check_clean_exit(run: Run) -> list[Violation]:
     if o.deadlock_s is not None:
         out.append(Violation(inv, None, None, "every rank to make progress",
                              f"deadlock: {o.blocked}",
-                             f"every rank sat {o.deadlock_s:g}s in an unfinished collective; "
+                             f"every rank sat {o.deadlock_s:.1f}s in an unfinished collective; "
                              "the run was stopped then"))
     elif o.timed_out:
         unfinished = ", ".join(f"rank {r} at step {s}" for r, s in last.items()

@@ -191,18 +191,46 @@ def load_observation(directory: Path) -> Observation:
     return obs
 
 
-def deadlocked(obs: Observation, now_ns: int, after_s: float) -> bool:
+MISMATCH_S = 1.0  # how long provably mismatched calls are watched before the run is stopped
+
+
+def _position(p: ProcessTrace, c: Call) -> int:
+    """1-based place of collective `c` among the process's collectives."""
+    return sum(1 for x in p.calls[:p.calls.index(c) + 1] if not x.p2p)
+
+
+def _mismatched(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) -> bool:
+    """Calls that can never complete together: different collectives (op, shape, or place in
+    the sequence), or a point-to-point call whose peer is itself inside a collective."""
+    coll = {r: (_position(ranks[r], c), *c.signature()) for r, c in blocked.items()
+            if not c.p2p}
+    if len(set(coll.values())) > 1:
+        return True
+    for c in blocked.values():
+        m = re.search(r"(?:src|dst)=(\d+)", c.peer) if c.p2p else None
+        if m and int(m[1]) in coll:
+            return True
+    return False
+
+
+def deadlocked(obs: Observation, now_ns: int, after_s: float,
+               mismatch_s: float = MISMATCH_S) -> float | None:
     """All N ranks joined and every one has been inside an unfinished collective or
-    point-to-point call for `after_s` seconds. (Waiting at the rendezvous is not a call.)"""
+    point-to-point call for `after_s` seconds, or for `mismatch_s` when those calls provably
+    cannot match; returns how long they have all been blocked, or None. (Waiting at the
+    rendezvous is not a call.)"""
     ranks = obs.ranks()
     sizes = {p.size for p in ranks.values()}
     if len(sizes) != 1 or set(ranks) != set(range(sizes.pop() or 0)):
-        return False
-    for p in ranks.values():
-        c = p.open_call()
-        if c is None or now_ns - c.t0 < after_s * 1e9:
-            return False
-    return True
+        return None
+    blocked = {r: p.open_call() for r, p in ranks.items()}
+    calls = {r: c for r, c in blocked.items() if c is not None}
+    if len(calls) != len(ranks):
+        return None
+    waited = (now_ns - max(c.t0 for c in calls.values())) / 1e9
+    if waited >= after_s or (waited >= min(mismatch_s, after_s) and _mismatched(ranks, calls)):
+        return waited
+    return None
 
 
 def _innermost_frame(stack: str) -> str:
@@ -234,8 +262,8 @@ def where_blocked(obs: Observation) -> str:
     for rank, p in sorted(obs.ranks().items()):
         c = p.open_call()
         if c is not None:
-            n = sum(1 for x in p.calls[:p.calls.index(c) + 1] if not x.p2p)
-            what = (f"{c.op}({c.peer})" if c.p2p else f"{c.op} #{n}") + f" at {c.site}"
+            what = (f"{c.op}({c.peer})" if c.p2p else f"{c.op} #{_position(p, c)}") \
+                + f" at {c.site}"
         else:
             frame = _innermost_frame(p.stack)
             last = p.calls[-1].describe() if p.calls else "none"

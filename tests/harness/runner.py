@@ -68,7 +68,7 @@ class Outcome:
     def reason(self) -> str:
         """One line: how the run ended."""
         if self.deadlock_s is not None:
-            return (f"deadlock: stopped after every rank sat {self.deadlock_s:.0f}s in an "
+            return (f"deadlock: stopped after every rank sat {self.deadlock_s:.1f}s in an "
                     f"unfinished collective: {self.blocked}")
         if self.timed_out:
             where = f"; {self.blocked}" if self.blocked else ""
@@ -204,10 +204,10 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
         while proc.poll() is None:
             now = time.monotonic()
             obs = load_observation(observe_dir) if observe_dir is not None else None
-            stuck = obs is not None and watch.hang_after_s > 0 and \
-                deadlocked(obs, time.time_ns(), watch.hang_after_s)
-            if stuck or now >= deadline:
-                timed_out, deadlock_s = not stuck, watch.hang_after_s if stuck else None
+            stuck = deadlocked(obs, time.time_ns(), watch.hang_after_s) \
+                if obs is not None and watch.hang_after_s > 0 else None
+            if stuck is not None or now >= deadline:
+                timed_out, deadlock_s = stuck is None, stuck
                 wrappers = contain.wrapper_pids(proc.pid) if mode == contain.NAMESPACES \
                     else set()
                 alive = [p for p in processes_with_token(token) if p not in wrappers] \
