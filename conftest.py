@@ -3,6 +3,7 @@ grade file goes; the shared run cache; the reporting plugin (tests/harness/plugi
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.harness.checks import Run
-from tests.harness.plugin import SuiteReport
+from tests.harness.diagnosis import diagnose
+from tests.harness.plugin import SuiteReport, suite_seed
 from tests.harness.runner import Watch
 from tests.harness.runs import RunCache, RunSpec
 from tests.harness.violations import Violation, summarize
@@ -39,6 +41,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--hang-after", type=float, default=5.0,
                 help="stop a run once every rank has sat this many seconds in an unfinished "
                      "collective (a deadlock), instead of at --run-timeout (0: never; default 5)")
+    g.addoption("--suite-seed", type=int, default=None,
+                help="seed added to every run's seed (default: 0, or a fresh one per grading "
+                     "session under --grade-json, recorded in the grade file)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,7 +83,8 @@ def run_cache(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFact
     watch = Watch(observe=not pytestconfig.getoption("no_observe"),
                   hang_after_s=pytestconfig.getoption("hang_after"), contain=True)
     return RunCache(base / "capstone-runs", pytestconfig.getoption("run_timeout"), cwd,
-                    mem * 2**20 if mem else None, fsize * 2**20 if fsize else None, watch)
+                    mem * 2**20 if mem else None, fsize * 2**20 if fsize else None, watch,
+                    seed=suite_seed())
 
 
 @pytest.fixture(scope="session")
@@ -94,8 +100,12 @@ def holds(record_property: Callable[[str, object], None]) -> Callable[[list[Viol
     def check(violations: list[Violation], what: str) -> None:
         if violations:
             first = violations[0]
+            hints = diagnose(first.invariant, violations)
             record_property("first_violation", str(first))
             record_property("reason", f"{what}: {first}")
-            pytest.fail(f"{what}: {len(violations)} violation(s)\n{summarize(violations)}",
-                        pytrace=False)
+            if hints:
+                record_property("hint", json.dumps(hints))
+            likely = "".join(f"\n  likely: {h}" for h in hints)
+            pytest.fail(f"{what}: {len(violations)} violation(s)\n{summarize(violations)}"
+                        f"{likely}", pytrace=False)
     return check

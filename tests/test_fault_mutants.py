@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.diagnosis import diagnose
 from tests.harness.matrix import CHECKS, FROM_BASE_RUN, evaluate
 from tests.harness.violations import summarize
 from tests.mutants.catalogue import MUTANTS
@@ -30,6 +31,7 @@ def test_catalogue_has_the_required_mutants():
     assert len(MUTANTS) >= 16
     for m in MUTANTS.values():
         assert set(m.targets) <= set(CHECKS), f"{m.name} targets an unknown check"
+        assert m.hint, f"{m.name} names no hint its feedback must give"
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
@@ -38,12 +40,16 @@ def test_mutant_is_caught_by_its_target(reference_only, run_cache, record_proper
     impl = (sys.executable, str(LAUNCHER), name)
     names = tuple(dict.fromkeys(FROM_BASE_RUN + mutant.targets))
     found = evaluate(lambda spec: run_cache.get(impl, spec), names)
+    hints = [h for t in mutant.targets for h in diagnose(t, found[t])]
+    hinted = any(mutant.hint in h for h in hints)
     record_property("matrix_row", json.dumps({
         "mutant": name, "targets": list(mutant.targets),
-        "cells": {k: len(v) for k, v in found.items()}}))
+        "cells": {k: len(v) for k, v in found.items()},
+        "hint": f"{'ok' if hinted else 'MISSING'}: {mutant.hint}"}))
     for target in mutant.targets:
         assert found[target], f"mutant {name} was not caught by {target}"
     record_property("reason", "; ".join(f"{t}: {found[t][0]}" for t in mutant.targets))
+    assert mutant.hint and hinted, f"mutant {name}: feedback lacks {mutant.hint!r}: {hints}"
 
 
 def test_reference_passes_every_check(reference_only, run, record_property):

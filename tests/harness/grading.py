@@ -2,11 +2,15 @@
 
 Each graded test module carries a weight; its tests share it equally. Modules not listed
 (unit tests of the reference, self-tests of the suite, the mutant catalogue) are not graded.
+Each module's tests also carry a Gradescope visibility. An instructor overrides either without
+editing this file: a JSON file `{"weights": {...}, "visibility": {...}}` named by
+$CAPSTONE_GRADING (the Gradescope autograder ships one, tests/autograder.py writes it).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,10 @@ WEIGHTS: dict[str, float] = {
     "rollback": 10,
     "communication": 10,
 }
+# Gradescope's: "visible", "hidden", "after_due_date", "after_published".
+VISIBILITY: dict[str, str] = {name: "visible" for name in WEIGHTS}
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+CONFIG_VAR = "CAPSTONE_GRADING"
 _MODULE = re.compile(r"(?:^|/)test_(?:invariant|fault)_(?P<name>\w+)\.py::")
 
 
@@ -36,24 +44,46 @@ def one_line(text: str, limit: int = 300) -> str:
     return first if len(first) <= limit else first[:limit - 3] + "..."
 
 
+def grading_config() -> tuple[dict[str, float], dict[str, str]]:
+    """Weights and visibility per module: the defaults above, with $CAPSTONE_GRADING's."""
+    weights, visibility = dict(WEIGHTS), dict(VISIBILITY)
+    path = os.environ.get(CONFIG_VAR)
+    if path:
+        data = json.loads(Path(path).read_text())
+        for key, table in (("weights", weights), ("visibility", visibility)):
+            unknown = set(data.get(key, {})) - set(WEIGHTS)
+            if unknown:
+                raise ValueError(f"{path}: {key} for unknown modules {sorted(unknown)}; "
+                                 f"known: {sorted(WEIGHTS)}")
+            table.update(data.get(key, {}))
+        bad = {v for v in visibility.values() if v not in VISIBILITIES}
+        if bad:
+            raise ValueError(f"{path}: visibility {sorted(bad)}; use one of {VISIBILITIES}")
+    return weights, visibility
+
+
 def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dict[str, Any]],
-                  elapsed_s: float) -> dict[str, Any]:
+                  elapsed_s: float, suite_seed: int = 0) -> dict[str, Any]:
     """Write results.json; a graded test that never reported counts as failed (score 0)."""
+    weights, visibility = grading_config()
     per_module: dict[str, int] = {}
     for name in collected.values():
         per_module[name] = per_module.get(name, 0) + 1
     tests = []
     total = 0.0
     for nodeid, name in sorted(collected.items()):
-        max_score = WEIGHTS[name] / per_module[name]
+        max_score = weights[name] / per_module[name]
         res = outcomes.get(nodeid, {"status": "failed", "output": "did not run to completion"})
         passed = res["status"] == "passed"
         total += max_score if passed else 0.0
         tests.append({"name": nodeid, "score": round(max_score if passed else 0.0, 4),
                       "max_score": round(max_score, 4),
                       "status": "passed" if passed else "failed",
-                      "output": res.get("output", ""), "visibility": "visible"})
+                      "output": res.get("output", ""), "visibility": visibility[name]})
     results = {"score": round(total, 4),  # summed before rounding: 100, not 100.0001
-               "execution_time": round(elapsed_s, 3), "tests": tests}
+               "execution_time": round(elapsed_s, 3),
+               "output": f"Graded with suite seed {suite_seed} (every run's data and "
+                         "initial parameters are drawn from it).",
+               "extra_data": {"suite_seed": suite_seed}, "tests": tests}
     path.write_text(json.dumps(results, indent=2) + "\n")
     return results

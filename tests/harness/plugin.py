@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +18,20 @@ from tests.harness.grading import graded_name, one_line, write_results
 from tests.harness.runner import SESSION_VAR, kill_pids, processes_with_token, session_prefix
 
 INVARIANT_PREFIX = "test_invariant_"
+SEED_VAR = "CAPSTONE_SUITE_SEED"  # set by the controller, inherited by xdist workers
+
+
+def suite_seed() -> int:
+    """This session's seed, added to every run's (0 outside grading unless --suite-seed)."""
+    return int(os.environ.get(SEED_VAR, "0"))
+
+
+def _draw_seed(config: pytest.Config) -> int:
+    """No answer replay: a grading session draws its own seed; --suite-seed fixes it."""
+    fixed = config.getoption("suite_seed")
+    if fixed is not None:
+        return int(fixed)
+    return random.SystemRandom().randrange(1, 2**31) if config.getoption("grade_json") else 0
 
 
 def _module(nodeid: str) -> str:
@@ -28,6 +43,7 @@ class SuiteReport:
         self.config = config
         if not hasattr(config, "workerinput"):  # a controller: a fresh id, even when nested
             os.environ[SESSION_VAR] = uuid.uuid4().hex[:12]
+            os.environ[SEED_VAR] = str(_draw_seed(config))
         self.started = time.monotonic()
         self.collected: dict[str, str] = {}  # graded nodeid -> weight key
         self.outcomes: dict[str, dict[str, Any]] = {}
@@ -57,6 +73,8 @@ class SuiteReport:
         props = {k: str(v) for k, v in report.user_properties}
         status = "passed" if report.passed else ("skipped" if report.skipped else "failed")
         reason = props.get("reason") or (one_line(report.longreprtext) if failed else "")
+        if "hint" in props:
+            reason += "".join(f"\nlikely: {h}" for h in json.loads(props["hint"]))
         if report.skipped and isinstance(report.longrepr, tuple):
             reason = str(report.longrepr[2])
         prev = self.outcomes.get(report.nodeid)
@@ -80,7 +98,7 @@ class SuiteReport:
         path = self.config.getoption("grade_json")
         if path:
             write_results(Path(path), self.collected, self.outcomes,
-                          time.monotonic() - self.started)
+                          time.monotonic() - self.started, suite_seed())
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if hasattr(self.config, "workerinput"):
@@ -96,7 +114,8 @@ class SuiteReport:
         if self.matrix:
             tr.section("mutant x invariant (violations found; '.' not evaluated)")
             cols = sorted({c for row in self.matrix for c in row["cells"]})
-            tr.write_line(f"{'mutant':<24}" + "".join(f"{c[:14]:>16}" for c in cols))
+            tr.write_line(f"{'mutant':<24}" + "".join(f"{c[:14]:>16}" for c in cols)
+                          + "  feedback hint")
             for row in sorted(self.matrix, key=lambda r: r["mutant"]):
                 cells = []
                 for c in cols:
@@ -105,7 +124,7 @@ class SuiteReport:
                     if c in row["targets"]:
                         mark += "*"
                     cells.append(f"{mark:>16}")
-                tr.write_line(f"{row['mutant']:<24}" + "".join(cells))
+                tr.write_line(f"{row['mutant']:<24}" + "".join(cells) + "  " + row.get("hint", ""))
             tr.write_line("(* = the invariant the mutant is meant to break)")
         if self.observed:
             tr.section("observed (what the runs did, not what they wrote)")
@@ -116,7 +135,7 @@ class SuiteReport:
         tr.write_line(f"processes left behind by runs: {len(self.left_behind)}")
         path = self.config.getoption("grade_json")
         if path:
-            tr.write_line(f"grade file written: {path}")
+            tr.write_line(f"grade file written: {path} (suite seed {suite_seed()})")
 
 
 def _kill_leftovers() -> list[int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from filelock import FileLock
@@ -67,13 +67,14 @@ class RunCache:
     """`get(impl, spec)`: the finished run, computed by whichever worker asks first."""
 
     def __init__(self, root: Path, timeout_s: float, cwd: Path, mem_bytes: int | None,
-                 file_bytes: int | None, watch: Watch | None = None) -> None:
+                 file_bytes: int | None, watch: Watch | None = None, seed: int = 0) -> None:
         self.root = root
         self.timeout_s = timeout_s
         self.cwd = cwd
         self.mem_bytes = mem_bytes
         self.file_bytes = file_bytes
         self.watch = watch or Watch()
+        self.seed = seed  # added to every run's seed: a grading session's own data and init
         root.mkdir(parents=True, exist_ok=True)
 
     def _serialised(self, impl: tuple[str, ...]) -> FileLock | contextlib.nullcontext[None]:
@@ -84,7 +85,20 @@ class RunCache:
         digest = hashlib.sha256(json.dumps(list(impl)).encode()).hexdigest()[:12]
         return FileLock(str(self.root / f"impl-{digest}.lock"))
 
+    def seeded(self, spec: RunSpec) -> RunSpec:
+        """`spec` under this session's seed (and the run it resumes, too)."""
+        if not self.seed:
+            return spec
+        resume = spec.resume_from
+        return replace(spec, seed=spec.seed + self.seed,
+                       resume_from=None if resume is None else (self.seeded(resume[0]),
+                                                                resume[1]))
+
     def get(self, impl: tuple[str, ...], spec: RunSpec) -> Run:
+        spec = self.seeded(spec)
+        return self._get(impl, spec)
+
+    def _get(self, impl: tuple[str, ...], spec: RunSpec) -> Run:
         d = self.root / spec.key(impl)
         done = d / "outcome.json"
         with FileLock(str(d) + ".lock"):
@@ -92,7 +106,7 @@ class RunCache:
                 resume_dir = None
                 if spec.resume_from is not None:
                     base_spec, step = spec.resume_from
-                    base = self.get(impl, base_spec)
+                    base = self._get(impl, base_spec)
                     resume_dir = base.parsed.out / "checkpoints" / f"step-{step:06d}"
                 d.mkdir(parents=True, exist_ok=True)
                 with self._serialised(impl):

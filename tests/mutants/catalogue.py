@@ -25,6 +25,7 @@ class Mutant:
     patch: Callable[[], None]
     extra_flags: tuple[str, ...] = ()  # appended to the contract flags
     main: Callable[[list[str]], int] | None = None  # instead of capstone's own main
+    hint: str = ""  # what the feedback must say (tests/harness/diagnosis.py), from violations
 
 
 class _DistProxy:
@@ -229,25 +230,33 @@ def unmatched_recv() -> None:
 
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in [
-    Mutant("no_broadcast", ("equal_rank_norms", "single_process_parity"), no_broadcast),
-    Mutant("no_allgather", ("equal_rank_norms",), no_allgather),
-    Mutant("local_gradient", ("single_process_parity",), local_gradient),
-    Mutant("summed_gradients", ("single_process_parity",), summed_gradients),
-    Mutant("replicated_state", ("zero1_memory",), replicated_state),
-    Mutant("checkpoint_without_moments", ("byte_exact_resume",), checkpoint_without_moments),
-    Mutant("step_count_not_restored", ("byte_exact_resume",), step_count_not_restored),
-    Mutant("same_rows", ("single_process_parity",), same_rows),
-    Mutant("no_guard", ("rollback",), no_guard),
+    Mutant("no_broadcast", ("equal_rank_norms", "single_process_parity"), no_broadcast,
+           hint="initial broadcast is missing"),
+    Mutant("no_allgather", ("equal_rank_norms",), no_allgather, hint="not all-gathered"),
+    Mutant("local_gradient", ("single_process_parity",), local_gradient,
+           hint="not reduced across ranks"),
+    Mutant("summed_gradients", ("single_process_parity",), summed_gradients,
+           hint="summed, not averaged"),
+    Mutant("replicated_state", ("zero1_memory",), replicated_state, hint="full Adam state"),
+    Mutant("checkpoint_without_moments", ("byte_exact_resume",), checkpoint_without_moments,
+           hint="moments or step count"),
+    Mutant("step_count_not_restored", ("byte_exact_resume",), step_count_not_restored,
+           hint="moments or step count"),
+    Mutant("same_rows", ("single_process_parity",), same_rows, hint="wrong rows"),
+    Mutant("no_guard", ("rollback",), no_guard, hint="never fired"),
     Mutant("extra_collective", ("no_deadlock", "communication"), extra_collective,
-           ("--pg-timeout", "5")),
+           ("--pg-timeout", "5"), hint="different collectives"),
     # of our own design
-    Mutant("stale_checkpoint", ("zero1_memory", "byte_exact_resume"), stale_checkpoint),
-    Mutant("local_loss", ("monotonic_loss",), local_loss),
-    Mutant("local_grad_norm", ("single_process_parity",), local_grad_norm),
+    Mutant("stale_checkpoint", ("zero1_memory", "byte_exact_resume"), stale_checkpoint,
+           hint="before the step's update"),
+    Mutant("local_loss", ("monotonic_loss",), local_loss, hint="its own batch's loss"),
+    Mutant("local_grad_norm", ("single_process_parity",), local_grad_norm,
+           hint="one rank's shard"),
     # observed, not reported (what the ranks did)
     Mutant("single_process", ("communication", "zero1_memory"), lambda: None,
-           main=one_process.main),
-    Mutant("replicated_moments", ("zero1_memory",), replicated_moments),
-    Mutant("ddp_and_zero", ("communication",), ddp_and_zero),
-    Mutant("unmatched_recv", ("communication", "no_deadlock"), unmatched_recv),
+           main=one_process.main, hint="one process did the work"),
+    Mutant("replicated_moments", ("zero1_memory",), replicated_moments, hint="allocated whole"),
+    Mutant("ddp_and_zero", ("communication",), ddp_and_zero, hint="reduced twice"),
+    Mutant("unmatched_recv", ("communication", "no_deadlock"), unmatched_recv,
+           hint="blocked in recv(src=1)"),
 ]}

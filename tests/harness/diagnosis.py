@@ -1,0 +1,189 @@
+"""What a failed invariant most likely means, in the lesson's terms, from its violations alone.
+
+`diagnose(invariant, violations, world_size)` reads the pattern of the located violations
+(which step broke first, which quantity, by what factor, which ranks) and returns the likely
+causes, most likely first. It never knows which mutant or submission ran: the same
+violations always give the same hints, so the mutant catalogue can assert them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+
+from tests.harness.violations import Violation
+
+Diagnoser = Callable[[list[Violation], int], list[str]]
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
+
+BROADCAST = ("the initial broadcast is missing: the ranks start from different parameters "
+             "(broadcast rank 0's parameters before step 1)")
+ALLGATHER = ("the updated shards are not all-gathered: after the update each rank holds new "
+             "values only in its own slice (all-gather every shard into every rank's model)")
+ROWS = ("the ranks train on the wrong rows: rank r must take rows [r*B, (r+1)*B) of the "
+        "global batch")
+SUMMED = "gradients summed, not averaged: divide the reduced gradient by N (the world size)"
+ONE_SHARD_NORM = ("the gradient norm is computed from one rank's shard only: sum the squared "
+                  "shard norms over the ranks before the square root")
+NOT_REDUCED = ("gradients are not reduced across ranks: each owner updates its slice with "
+               "its own local gradient (reduce-scatter with the mean)")
+UPDATE = ("step 1's loss agrees and later ones drift: the update is wrong, not the data "
+          "(gradient averaging, Adam's inputs or hyper-parameters)")
+LOCAL_LOSS = "each rank logs its own batch's loss: log the all-reduced mean over ranks"
+LOSS_RISES = ("the loss rises: a wrong update (learning rate, gradient averaging) or a rank "
+              "whose parameters went stale")
+FULL_STATE = ("full Adam state on every rank: each rank must keep only its 1/N shard of "
+              "master, exp_avg and exp_avg_sq")
+KEPT_WHOLE = ("measured: part of master/exp_avg/exp_avg_sq is allocated whole on every rank, "
+              "whatever optimizer_bytes says")
+NOTHING_SHARDED = ("measured: no optimizer state shrinks with N: the full state lives in every "
+                   "process (or one process does the work of all ranks)")
+STALE_MASTER = ("the checkpoint holds the master copy from before the step's update: save "
+                "after the update")
+MOMENTS = ("the resumed run's update differs but not its loss: Adam's moments or step count "
+           "are not saved or not restored (exp_avg, exp_avg_sq, step)")
+RESUMED_PARAMS = ("the resumed parameters differ from the checkpointed run's: the checkpoint "
+                  "holds stale parameters, or loading them is incomplete")
+MANIFEST = "a shard does not match its manifest: write the manifest after every shard"
+DIFFERENT_CALLS = ("ranks issue different collectives: a collective called by only some "
+                   "ranks (inside `if rank == ...`), or in a different order")
+LEFT_BEHIND = "a process outlived the run: join or terminate every process you start"
+LOCAL_GUARD = ("ranks rolled back differently: the guard decided on local values (decide on "
+               "the all-reduced loss and gradient norm, identically on every rank)")
+NO_ROLLBACK = ("the guard never fired: check the loss and gradient norm for NaN or a spike "
+               "before the update is applied, and restore the last checkpoint")
+ONE_PROCESS = ("one process did the work of N ranks: start N processes (mp.spawn, torchrun) "
+               "that join one process group")
+TWICE = ("gradients reduced twice: DDP's all-reduce composed with ZeRO's reduce-scatter "
+         "(reduce each gradient once)")
+TOO_MUCH = "more traffic per step than ZeRO-1 needs: 2(N-1)/N*P elements (2Ψ)"
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    m = _NUMBER.search(str(value))
+    return float(m.group()) if m else None
+
+
+def _equal_norms(vs: list[Violation], n: int) -> list[str]:
+    differ = [v for v in vs if "different parameters" in v.message]
+    if any(v.step == 0 for v in differ):
+        return [BROADCAST]
+    return [ALLGATHER] if differ else []
+
+
+def _parity(vs: list[Violation], n: int) -> list[str]:
+    found = []
+    by_key: dict[str, list[Violation]] = {}
+    for v in vs:
+        key = str(v.expected).split(" ", 1)[0]
+        by_key.setdefault(key, []).append(v)
+    loss, grad = by_key.get("loss", []), by_key.get("grad_norm", [])
+    loss_at_1 = any(v.step == 1 for v in loss)
+    g1 = [v for v in grad if v.step == 1]
+    if g1:
+        want, got = _number(g1[0].expected), _number(g1[0].found)
+        if want and got is not None and math.isfinite(got):
+            ratio = got / want
+            if abs(ratio - n) < 0.05 * n:
+                found.append(SUMMED)
+            elif ratio < 0.95 and not loss_at_1:
+                found.append(ONE_SHARD_NORM)
+            elif not loss_at_1:
+                found.append(NOT_REDUCED)
+    if loss_at_1:
+        found += [ROWS, BROADCAST]
+    elif loss:
+        found.append(UPDATE)
+    return found
+
+
+def _monotonic(vs: list[Violation], n: int) -> list[str]:
+    found = []
+    if any("same global loss" in v.message for v in vs):
+        found.append(LOCAL_LOSS)
+    if any(str(v.expected).startswith("loss <=") for v in vs):
+        found.append(LOSS_RISES)
+    return found
+
+
+def _memory(vs: list[Violation], n: int) -> list[str]:
+    found = []
+    for v in vs:
+        if "kept whole" in v.message:
+            shrink = _number(str(v.found).split("(")[-1])  # "(7.9P)"
+            found.append(NOTHING_SHARDED if shrink is not None and shrink < 2 else KEPT_WHOLE)
+        elif str(v.expected).startswith("12*ceil(P/N)"):
+            want, got = _number(v.expected.split("=")[-1]), _number(v.found)
+            if want and got and got > 1.5 * want:
+                found.append(FULL_STATE)
+        elif "stale or partial" in v.message:
+            found.append(STALE_MASTER)
+    return list(dict.fromkeys(found))
+
+
+def _resume(vs: list[Violation], n: int) -> list[str]:
+    found = []
+    trajectory = [v for v in vs if "not bit-identical" in v.message]
+    if trajectory:
+        first = min(v.step or 0 for v in trajectory)
+        keys = {str(v.expected).split(" ", 1)[0] for v in trajectory if v.step == first}
+        found.append(RESUMED_PARAMS if "loss" in keys else MOMENTS)
+    if any("does not match its manifest" in v.message for v in vs):
+        found.append(MANIFEST)
+    return found
+
+
+def _rollback(vs: list[Violation], n: int) -> list[str]:
+    missing = {v.rank for v in vs if str(v.expected).startswith("a rollback event")}
+    if missing and len(missing) < n:
+        return [LOCAL_GUARD]
+    if missing:
+        return [NO_ROLLBACK]
+    return []
+
+
+def _deadlock(vs: list[Violation], n: int) -> list[str]:
+    found = []
+    for v in vs:
+        if str(v.found).startswith("deadlock"):
+            found.append(f"{DIFFERENT_CALLS}; {v.found}")
+        elif "no process left" in str(v.expected):
+            found.append(LEFT_BEHIND)
+        elif "still running at the bound" in str(v.found):
+            found.append(f"the run hung until the bound: {v.message}")
+    return found
+
+
+def _communication(vs: list[Violation], n: int) -> list[str]:
+    found = []
+    for v in vs:
+        if "never started" in v.message or "none called init_process_group" in v.message:
+            found.append(ONE_PROCESS)
+        elif "reduced twice" in v.message:
+            found.append(TWICE)
+        elif "the same on every rank" in str(v.expected):
+            found.append(f"{DIFFERENT_CALLS}: {v.message}")
+        elif "elements sent per step" in str(v.expected):
+            found.append(TOO_MUCH)
+    return list(dict.fromkeys(found))
+
+
+DIAGNOSERS: dict[str, Diagnoser] = {
+    "equal_rank_norms": _equal_norms,
+    "single_process_parity": _parity,
+    "monotonic_loss": _monotonic,
+    "zero1_memory": _memory,
+    "byte_exact_resume": _resume,
+    "rollback": _rollback,
+    "no_deadlock": _deadlock,
+    "communication": _communication,
+}
+
+
+def diagnose(invariant: str, violations: list[Violation], world_size: int = 4) -> list[str]:
+    """Likely causes of `invariant`'s violations, most likely first (empty: no pattern)."""
+    fn = DIAGNOSERS.get(invariant)
+    return list(dict.fromkeys(fn(violations, world_size))) if fn and violations else []
