@@ -1,0 +1,115 @@
+"""Grade one submission in a pytest session of its own: the graded modules of this checkout,
+run from the submission's folder, bounded in time, always leaving a results.json behind.
+
+The Gradescope autograder (tests/autograder.py) and the class workflow (tests/grade_class.py)
+both grade through `grade()`, so a student sees the same verdicts and feedback either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.harness.grading import CONFIG_VAR, graded_name, grading_config
+
+ROOT = Path(__file__).resolve().parents[2]
+GRADED = ("test_invariant_*.py", "test_fault_rollback.py")
+
+
+def graded_modules(root: Path = ROOT) -> list[str]:
+    """The graded test modules of the suite at `root`, as paths."""
+    return sorted(str(p) for pattern in GRADED for p in (root / "tests").glob(pattern))
+
+
+@dataclass(frozen=True)
+class Grading:
+    """How a submission is graded: its entry command and the suite's bounds."""
+
+    entry: str = "python3 main.py"
+    run_timeout_s: float = 30.0
+    workers: int = 2  # pytest-xdist workers of the session (0: none)
+    suite_seed: int | None = None  # None: a fresh seed per session
+    session_timeout_s: float = 600.0  # the whole session, whatever the submission does
+    grading_config: Path | None = None  # weights and visibility ($CAPSTONE_GRADING)
+
+
+def pytest_command(results: Path, g: Grading, root: Path = ROOT) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+           "--rootdir", str(root), "-c", str(root / "pyproject.toml"),
+           *graded_modules(root), "--impl", g.entry, "--run-timeout", str(g.run_timeout_s),
+           "--grade-json", str(results)]
+    if g.workers:
+        cmd += ["-n", str(g.workers)]
+    if g.suite_seed is not None:
+        cmd += ["--suite-seed", str(g.suite_seed)]
+    return cmd
+
+
+def _fallback(results: Path, reason: str, elapsed: float) -> dict[str, Any]:
+    """A results file for a session that wrote none: every graded module failed, 0 points."""
+    weights, visibility = grading_config()
+    data = {"score": 0.0, "execution_time": round(elapsed, 3),
+            "output": f"The grading session did not complete: {reason}",
+            "tests": [{"name": name, "score": 0.0, "max_score": w, "status": "failed",
+                       "output": reason, "visibility": visibility[name]}
+                      for name, w in weights.items()]}
+    results.write_text(json.dumps(data, indent=2) + "\n")
+    return data
+
+
+def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
+          root: Path = ROOT) -> dict[str, Any]:
+    """Grade the submission in `submission` (the entry runs there); return results.json."""
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.unlink(missing_ok=True)
+    env = dict(os.environ)
+    if g.grading_config is not None:
+        env[CONFIG_VAR] = str(g.grading_config)
+    log = log or results.with_suffix(".log")
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(pytest_command(results, g, root), cwd=submission, env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=g.session_timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return _fallback(results, f"the session took over {g.session_timeout_s:.0f}s",
+                             time.monotonic() - t0)
+    try:
+        return dict(json.loads(results.read_text()))
+    except (OSError, ValueError):
+        return _fallback(results, f"pytest exited {proc.returncode} without a grade file "
+                         f"(see {log.name})", time.monotonic() - t0)
+
+
+def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """invariant -> {"score", "max_score", "passed", "first"} from a results.json."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in results.get("tests", []):
+        name = graded_name(t["name"]) or t["name"]
+        row = out.setdefault(name, {"score": 0.0, "max_score": 0.0, "passed": True,
+                                    "first": "", "likely": []})
+        row["score"] += t.get("score", 0.0)
+        row["max_score"] += t.get("max_score", 0.0)
+        if t.get("status") != "passed":
+            lines = str(t.get("output", "")).splitlines()
+            if row["passed"]:
+                row["first"] = lines[0] if lines else ""
+            row["passed"] = False
+            for line in lines[1:]:
+                cause = line.removeprefix("likely: ")
+                if line.startswith("likely: ") and cause not in row["likely"]:
+                    row["likely"].append(cause)
+    return out

@@ -1,0 +1,82 @@
+"""The Gradescope autograder end to end: the zip unpacked as Gradescope unpacks it, under a
+temporary $AUTOGRADER_ROOT, `run_autograder` run from its source folder with the python3 on
+PATH, against a correct and a broken submission."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.autograder import SUITE_PACKAGES
+from tests.harness.grading import WEIGHTS
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBMISSIONS = ROOT / "tests" / "submissions"
+
+
+def unpack(zip_path: Path, root: Path, submission: Path) -> Path:
+    """Lay out `root` as Gradescope lays out /autograder."""
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(root / "source")
+        for info in z.infolist():  # zipfile drops the mode bits: restore them as unzip does
+            os.chmod(root / "source" / info.filename, (info.external_attr >> 16) or 0o644)
+    (root / "submission").mkdir(parents=True)
+    for f in submission.iterdir():
+        (root / "submission" / f.name).write_bytes(f.read_bytes())
+    return root
+
+
+def run_autograder(root: Path) -> dict:
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    proc = subprocess.run([str(root / "source" / "run_autograder")], cwd=root / "source",
+                          env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads((root / "results" / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def autograder_zip(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ag") / "autograder.zip"
+    subprocess.run([sys.executable, "-m", "tests.autograder", "--entry", "python3 main.py",
+                    "--out", str(out), "--visibility", "rollback=after_due_date"],
+                   cwd=ROOT, check=True, capture_output=True)
+    return out
+
+
+def test_the_zip_holds_what_gradescope_runs(autograder_zip, tmp_path):
+    names = zipfile.ZipFile(autograder_zip).namelist()
+    assert {"setup.sh", "run_autograder", "conftest.py", "constraints.txt",
+            "tests/observer/sitecustomize.py", "tests/test_fault_rollback.py"} <= set(names)
+    assert not any("mutants" in n or "capstone/" in n for n in names)  # the suite only
+    setup = zipfile.ZipFile(autograder_zip).read("setup.sh").decode()
+    assert "-c constraints.txt" in setup and all(p in setup for p in SUITE_PACKAGES)
+    assert subprocess.run(["bash", "-n", "-c", setup]).returncode == 0
+
+
+@pytest.mark.slow
+def test_the_reference_scores_100_with_a_fresh_seed(reference_only, autograder_zip, tmp_path):
+    results = run_autograder(unpack(autograder_zip, tmp_path, SUBMISSIONS / "reference"))
+    assert results["score"] == sum(WEIGHTS.values()) == 100, [
+        t["output"] for t in results["tests"] if t["status"] != "passed"]
+    assert results["extra_data"]["suite_seed"] != 0  # not CI's seed: no answers to replay
+    vis = {t["name"].split("::")[0].rsplit("/", 1)[-1]: t["visibility"] for t in results["tests"]}
+    assert vis["test_fault_rollback.py"] == "after_due_date"
+    assert vis["test_invariant_monotonic_loss.py"] == "visible"
+
+
+@pytest.mark.slow
+def test_a_broken_submission_gets_reasons_and_the_likely_cause(reference_only, autograder_zip,
+                                                                tmp_path):
+    results = run_autograder(unpack(autograder_zip, tmp_path, SUBMISSIONS / "no_broadcast"))
+    assert 0 < results["score"] < 100
+    failed = {t["name"].split("::")[0].rsplit("/", 1)[-1]: t["output"]
+              for t in results["tests"] if t["status"] == "failed"}
+    assert "test_invariant_equal_rank_norms.py" in failed
+    assert "initial broadcast is missing" in failed["test_invariant_equal_rank_norms.py"]
