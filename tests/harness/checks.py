@@ -294,8 +294,8 @@ def check_clean_exit(run: Run) -> list[Violation]:
                              f"every rank sat {o.deadlock_s:.1f}s in an unfinished collective; "
                              "the run was stopped then"))
     elif o.timed_out:
-        unfinished = ", ".join(f"rank {r} at step {s}" for r, s in last.items()
-                               if s < run.steps) or "none"
+        unfinished = ", ".join(f"rank {r} at step {s}" if s >= 0 else f"rank {r} logged nothing"
+                               for r, s in last.items() if s < run.steps) or "none"
         out.append(Violation(inv, None, None, f"exit within {o.wall_s:.0f}s",
                              "still running at the bound",
                              f"{len(o.alive_at_bound)} processes alive; unfinished: {unfinished}"

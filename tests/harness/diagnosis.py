@@ -48,6 +48,9 @@ RESUMED_PARAMS = ("the resumed parameters differ from the checkpointed run's: th
 MANIFEST = "a shard does not match its manifest: write the manifest after every shard"
 DIFFERENT_CALLS = ("ranks issue different collectives: a collective called by only some "
                    "ranks (inside `if rank == ...`), or in a different order")
+HUNG = ("the run hung until the bound: no rank made progress and no deadlock among "
+        "collectives was seen (a rank waiting on something else: input, a lock, a sleep, a "
+        "rendezvous that never completed)")
 LEFT_BEHIND = "a process outlived the run: join or terminate every process you start"
 LOCAL_GUARD = ("ranks rolled back differently: the guard decided on local values (decide on "
                "the all-reduced loss and gradient norm, identically on every rank)")
@@ -153,7 +156,7 @@ def _deadlock(vs: list[Violation], n: int) -> list[str]:
         elif "no process left" in str(v.expected):
             found.append(LEFT_BEHIND)
         elif "still running at the bound" in str(v.found):
-            found.append(f"the run hung until the bound: {v.message}")
+            found.append(HUNG)
     return found
 
 

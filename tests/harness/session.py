@@ -39,13 +39,14 @@ class Grading:
     suite_seed: int | None = None  # None: a fresh seed per session
     session_timeout_s: float = 600.0  # the whole session, whatever the submission does
     grading_config: Path | None = None  # weights and visibility ($CAPSTONE_GRADING)
+    file_mb: int = 64  # largest file a run may write (its logs included): floods stop there
 
 
 def pytest_command(results: Path, g: Grading, root: Path = ROOT) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
            "--rootdir", str(root), "-c", str(root / "pyproject.toml"),
            *graded_modules(root), "--impl", g.entry, "--run-timeout", str(g.run_timeout_s),
-           "--grade-json", str(results)]
+           "--run-file-mb", str(g.file_mb), "--grade-json", str(results)]
     if g.workers:
         cmd += ["-n", str(g.workers)]
     if g.suite_seed is not None:

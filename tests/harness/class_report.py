@@ -1,0 +1,115 @@
+"""A class's grades from its students' results.json files: grades.csv, one feedback file per
+student, and a summary (Markdown and a picture) of how many students fail each invariant."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tests.harness.grading import WEIGHTS
+from tests.harness.session import per_invariant
+
+INVARIANTS = tuple(WEIGHTS)
+# The order a student should read failures in: how the run ended and what the ranks did first
+# (later failures are often their consequences), then the numbers.
+ROOT_CAUSE_ORDER = ("no_deadlock", "communication", "equal_rank_norms", "single_process_parity",
+                    "monotonic_loss", "zero1_memory", "byte_exact_resume", "rollback")
+
+
+def _order(name: str) -> int:
+    return ROOT_CAUSE_ORDER.index(name) if name in ROOT_CAUSE_ORDER else len(ROOT_CAUSE_ORDER)
+
+
+def _points(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def write_csv(path: Path, grades: dict[str, dict[str, Any]]) -> None:
+    """student, score, one column per invariant (points earned), first violation."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "score", *INVARIANTS, "first_violation"])
+        for student, results in sorted(grades.items()):
+            inv = per_invariant(results)
+            failed = [(k, v) for k in sorted(INVARIANTS, key=_order)
+                      if (v := inv.get(k)) and not v["passed"]]
+            first = f"{failed[0][0]}: {failed[0][1]['first']}" if failed else ""
+            w.writerow([student, _points(results.get("score", 0.0)),
+                        *(_points(inv[k]["score"]) if k in inv else "" for k in INVARIANTS),
+                        first])
+
+
+def feedback(student: str, results: dict[str, Any]) -> str:
+    """One student's feedback: per invariant, the verdict, the first violation and the likely
+    causes (most likely first), in the lesson's terms."""
+    inv = per_invariant(results)
+    lines = [f"# {student}: {results.get('score', 0):.4g} / 100", "",
+             str(results.get("output", "")), ""]
+    for name in sorted(inv, key=lambda k: (inv[k]["passed"], _order(k))):
+        row = inv[name]
+        verdict = "passed" if row["passed"] else "FAILED"
+        lines.append(f"## {name}: {verdict} ({_points(row['score'])} / "
+                     f"{_points(row['max_score'])})")
+        if not row["passed"]:
+            lines += ["", f"First violation: {row['first']}"]
+            if row["likely"]:
+                lines += ["", "What it most likely means:"]
+                lines += [f"{i}. {cause}" for i, cause in enumerate(row["likely"], 1)]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def failing_counts(grades: dict[str, dict[str, Any]]) -> Counter[str]:
+    counts: Counter[str] = Counter({k: 0 for k in INVARIANTS})
+    for results in grades.values():
+        for name, row in per_invariant(results).items():
+            if not row["passed"]:
+                counts[name] += 1
+    return counts
+
+
+def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
+    """summary.md (and summary.png when matplotlib is there): failures per invariant."""
+    counts = failing_counts(grades)
+    causes: dict[str, Counter[str]] = {k: Counter() for k in INVARIANTS}
+    for results in grades.values():
+        for name, row in per_invariant(results).items():
+            if row["likely"]:
+                causes.setdefault(name, Counter())[row["likely"][0]] += 1
+    scores = sorted(r.get("score", 0.0) for r in grades.values())
+    lines = [f"# Class summary: {len(grades)} students", "",
+             f"Median score {scores[len(scores) // 2]:.4g}; "
+             f"{sum(s >= 100 for s in scores)} at 100." if scores else "No students.", "",
+             "| invariant | students failing | most common likely cause |", "|---|---|---|"]
+    for name in INVARIANTS:
+        top = causes[name].most_common(1)
+        lines.append(f"| {name} | {counts[name]} | {top[0][0] if top else ''} |")
+    written = [out / "summary.md"]
+    try:
+        written.append(_plot(out / "summary.png", counts, len(grades)))
+        lines += ["", "![students failing each invariant](summary.png)"]
+    except ImportError:
+        lines += ["", "(no picture: install matplotlib, e.g. the project's [plot] extra)"]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    return written
+
+
+def _plot(path: Path, counts: Counter[str], students: int) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(INVARIANTS)[::-1]
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.2))
+    bars = ax.barh(names, [counts[n] for n in names], color="#c0392b")
+    ax.bar_label(bars, padding=3)
+    ax.set_xlim(0, max(students, 1) * 1.1)
+    ax.set_xlabel(f"students failing (of {students})")
+    ax.set_title("Which invariants the class fails")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
