@@ -85,7 +85,9 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
              "| invariant | students failing | most common likely cause |", "|---|---|---|"]
     for name in INVARIANTS:
         top = causes[name].most_common(1)
-        lines.append(f"| {name} | {counts[name]} | {top[0][0] if top else ''} |")
+        cause = top[0][0] if top else ""
+        cause = cause if len(cause) <= 160 else cause[:157] + "..."
+        lines.append(f"| {name} | {counts[name]} | {cause} |")
     written = [out / "summary.md"]
     try:
         written.append(_plot(out / "summary.png", counts, len(grades)))

@@ -152,7 +152,8 @@ def _deadlock(vs: list[Violation], n: int) -> list[str]:
     found = []
     for v in vs:
         if str(v.found).startswith("deadlock"):
-            found.append(f"{DIFFERENT_CALLS}; {v.found}")
+            if not any(f.startswith(DIFFERENT_CALLS) for f in found):  # the first run's
+                found.append(f"{DIFFERENT_CALLS}; {v.found}")
         elif "no process left" in str(v.expected):
             found.append(LEFT_BEHIND)
         elif "still running at the bound" in str(v.found):
