@@ -103,12 +103,14 @@ def _plot(path: Path, counts: Counter[str], students: int) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     names = list(INVARIANTS)[::-1]
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.2))
     bars = ax.barh(names, [counts[n] for n in names], color="#c0392b")
     ax.bar_label(bars, padding=3)
     ax.set_xlim(0, max(students, 1) * 1.1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(f"students failing (of {students})")
     ax.set_title("Which invariants the class fails")
     fig.tight_layout()
