@@ -149,7 +149,7 @@ def _rollback(vs: list[Violation], n: int) -> list[str]:
 
 
 def _deadlock(vs: list[Violation], n: int) -> list[str]:
-    found = []
+    found: list[str] = []
     for v in vs:
         if str(v.found).startswith("deadlock"):
             if not any(f.startswith(DIFFERENT_CALLS) for f in found):  # the first run's

@@ -21,6 +21,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's own out
+from procfs import live_processes
+
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 GRACE_S = 1.0  # a helper still exiting (multiprocessing's resource tracker) is not a survivor
@@ -76,20 +79,8 @@ def confine(run: str, see: list[str]) -> None:
 
 def others() -> list[dict[str, object]]:
     """Processes of this namespace other than this one (its /proc is the namespace's)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        except OSError:
-            continue
-        if state != b"Z":
-            found.append({"pid": int(entry), "cmdline": cmd[:200]})
-    return found
+    return [{"pid": pid, "cmdline": cmd.replace(b"\0", b" ").decode("utf-8", "replace")
+             .strip()[:200]} for pid, [cmd] in live_processes("cmdline")]
 
 
 def main() -> int:

@@ -31,6 +31,7 @@ from typing import Any
 
 from tests.harness import contain
 from tests.harness.observe import OBSERVER_DIR, deadlocked, load_observation, stacks, where_blocked
+from tests.harness.procfs import live_processes
 
 TOKEN_VAR = "CAPSTONE_SUITE_RUN"
 SESSION_VAR = "CAPSTONE_SUITE_SESSION"  # set per pytest session, inherited by xdist workers
@@ -97,20 +98,10 @@ def processes_with_token(token: str, prefix: bool = False) -> list[int]:
     with `prefix`, every run whose token starts with it."""
     needle = f"{TOKEN_VAR}={token}".encode()
     pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read()
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
+    for pid, [env] in live_processes("environ"):
         values = env.split(b"\0")
-        if state != b"Z" and (needle in values if not prefix else
-                               any(v.startswith(needle) for v in values)):
-            pids.append(int(entry))
+        if needle in values if not prefix else any(v.startswith(needle) for v in values):
+            pids.append(pid)
     return pids
 
 
