@@ -108,8 +108,9 @@ def test_tutorial_style_ranks_on_a_fixed_port_run_side_by_side(tmp_path):
     namespace: neither joins the other's store; a 1 s deadlock threshold never fires while
     spawned ranks are still importing torch."""
     c = cache(tmp_path, bound=90, hang_after_s=1)
-    specs = [RunSpec("tutorial-a", steps=6, checkpoint_every=3),
-             RunSpec("tutorial-b", steps=6, checkpoint_every=3, seed=1)]
+    specs = [RunSpec("tutorial-a", world_size=2, batch_size=8, steps=6, checkpoint_every=3),
+             RunSpec("tutorial-b", world_size=2, batch_size=8, steps=6, checkpoint_every=3,
+                     seed=1)]
     with ThreadPoolExecutor(2) as pool:
         runs = list(pool.map(lambda s: c.get(hostile("tutorial.py"), s), specs))
     for r in runs:
