@@ -94,10 +94,12 @@ def run(run_cache: RunCache, impl: tuple[str, ...]) -> Callable[[RunSpec], Run]:
 
 
 @pytest.fixture
-def holds(record_property: Callable[[str, object], None]) -> Callable[[list[Violation], str], None]:
-    """`holds(violations, what)`: fail with the located violations, and record the first
-    one for the session's invariant table and the grade file."""
-    def check(violations: list[Violation], what: str) -> None:
+def holds(record_property: Callable[[str, object], None]
+          ) -> Callable[[list[Violation], str, str], None]:
+    """`holds(violations, what, detail="")`: fail with the located violations, their likely
+    causes and `detail` (e.g. each rank's stack), and record the first violation for the
+    session's invariant table and the grade file."""
+    def check(violations: list[Violation], what: str, detail: str = "") -> None:
         if violations:
             first = violations[0]
             hints = diagnose(first.invariant, violations)
@@ -105,7 +107,9 @@ def holds(record_property: Callable[[str, object], None]) -> Callable[[list[Viol
             record_property("reason", f"{what}: {first}")
             if hints:
                 record_property("hint", json.dumps(hints))
+            if detail:
+                record_property("detail", detail)
             likely = "".join(f"\n  likely: {h}" for h in hints)
             pytest.fail(f"{what}: {len(violations)} violation(s)\n{summarize(violations)}"
-                        f"{likely}", pytrace=False)
+                        f"{likely}" + (f"\n{detail}" if detail else ""), pytrace=False)
     return check

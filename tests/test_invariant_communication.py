@@ -38,5 +38,8 @@ def test_every_rank_issues_the_same_collectives(observed, holds):
 def test_zero1_traffic_is_one_allreduce_per_step(observed, holds, record_property):
     r = observed(BASE)
     per_rank = {rank: round(sum(sites.values())) for rank, sites in traffic_per_step(r).items()}
-    record_property("observed", json.dumps({"elements_sent_per_step": per_rank}))
+    in_bytes = {rank: round(sum(sites.values()))
+                for rank, sites in traffic_per_step(r, in_bytes=True).items()}
+    record_property("observed", json.dumps({"elements_sent_per_step": per_rank,
+                                            "bytes_sent_per_step": in_bytes}))
     holds(check_zero_traffic(r), "elements sent per step in the base run")

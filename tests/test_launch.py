@@ -1,5 +1,6 @@
 """The two ways into the reference: its own forking launcher and torchrun's env://, on one
-machine and as two machines (two torchrun agents on this host)."""
+machine and as two machines (two torchrun agents on this host); the suite's observer follows
+torchrun into its workers."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from tests.harness.checks import Run
+from tests.harness.observe import load_observation
+from tests.harness.observed_checks import check_genuine_ranks
 from tests.harness.parse import parse_run
-from tests.harness.runner import run_command
+from tests.harness.runner import Watch, run_command
 from tests.harness.runs import N2
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,8 +39,11 @@ def test_torchrun_gives_the_bytes_of_the_forking_launcher(reference_only, run, t
         argv = [torchrun, "--standalone", "--nproc-per-node", "2", *args]
     else:  # ranks told apart by RANK, not LOCAL_RANK (0 on both "machines")
         argv = [sys.executable, str(TWO_NODES), torchrun, *args]
-    outcome = run_command(argv, out, 90, ROOT)
+    outcome = run_command(argv, out, 90, ROOT, watch=Watch(observe=True, contain=True))
     assert outcome.returncode == 0, outcome.reason()
+    # the observer reached torchrun's workers too: two ranks, each its own process
+    observed = load_observation(Path(outcome.observe_dir))
+    assert check_genuine_ranks(Run("torchrun", 3, 2, outcome, parse_run(out, 2), observed)) == []
     forked, launched = run(N2).parsed, parse_run(out, 2)
     assert launched.problems == []
     for rank in range(2):

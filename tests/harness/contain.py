@@ -3,8 +3,9 @@
 With namespaces (`unshare --pid --fork --mount-proc --net --mount`, then tests/harness/nsinit.py
 as PID 1) a run cannot leave anything behind (when PID 1 ends, the kernel ends every process
 of the namespace, whatever its environment or session), cannot meet another run on a port or a
-/tmp path (its own loopback, its own /tmp), cannot reach the network, and cannot write outside
-its run directory (the suite's own files are read-only to it). Where unshare is refused (e.g.
+/tmp path (its own loopback; its own /tmp, an overlay through which the old one shows),
+cannot reach the network, and cannot write outside its run directory (the suite's own files
+are read-only to it). Where unshare is refused (e.g.
 an unprivileged Docker grader), runs fall back to the environment-marker scan of
 tests/harness/runner.py, and the run cache never runs two runs of one submission at once.
 """
@@ -19,7 +20,6 @@ import sys
 from pathlib import Path
 
 NSINIT = Path(__file__).resolve().parent / "nsinit.py"
-ROOT = NSINIT.parents[2]
 NAMESPACES = "namespaces"
 MARKER_SCAN = "marker-scan"
 FORCE_VAR = "CAPSTONE_CONTAINMENT"  # "marker-scan" forces the fallback (to test it)
@@ -49,20 +49,13 @@ def mode() -> str:
     return NAMESPACES if _unshare_prefix() is not None else MARKER_SCAN
 
 
-def wrap(argv: list[str], run_dir: Path, report: Path, cwd: Path | None) -> list[str]:
-    """`argv` as started inside its own namespaces (unchanged under the marker scan).
-
-    The run gets a private /tmp; what it must still read there (its interpreter, the suite,
-    its own code and working directory, an input such as a checkpoint to resume) is bound
-    back read-only."""
+def wrap(argv: list[str], run_dir: Path, report: Path) -> list[str]:
+    """`argv` as started inside its own namespaces (unchanged under the marker scan)."""
     prefix = _unshare_prefix()
     if prefix is None:
         return argv
-    see = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, ROOT, cwd or os.getcwd())}
-    see |= {os.path.realpath(a) for a in argv if a.startswith("/") and os.path.exists(a)}
-    flags = [x for p in sorted(see) for x in ("--see", p)]
     return [*prefix, sys.executable, "-I", str(NSINIT), "--run", str(run_dir),
-            "--report", str(report), *flags, "--", *argv]
+            "--report", str(report), "--", *argv]
 
 
 def wrapper_pids(leader: int) -> set[int]:

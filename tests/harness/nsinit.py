@@ -3,9 +3,10 @@ outlived it, and end (the kernel then ends every process left in the PID namespa
 
 `python -I nsinit.py --run DIR --report FILE -- ARGV...`, started by `unshare --pid --fork
 --mount-proc --net --mount` (tests/harness/contain.py). It brings the loopback interface up
-(gloo finds no interface without it), gives the run a private /tmp (DIR/tmp) and /dev/shm, and
-makes every other path read-only, DIR excepted. Standard library only, and `-I`: it never
-loads the suite's observer or anything of the submission's.
+(gloo finds no interface without it), gives the run a private /tmp (an overlay over the old
+one, its writes kept in a tmpfs at DIR/tmp) and /dev/shm, and makes every other path
+read-only, DIR excepted. Standard library only, and `-I`: it never loads the suite's observer
+or anything of the submission's.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ GRACE_S = 1.0  # a helper still exiting (multiprocessing's resource tracker) is 
 
 
 def _mount(libc: ctypes.CDLL, src: str | None, target: str, flags: int,
-           fstype: str | None = None) -> None:
+           fstype: str | None = None, data: str | None = None) -> None:
     if libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(), flags,
-                  None) != 0:
+                  data and data.encode()) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {src} on {target}: {os.strerror(err)}")
 
@@ -45,31 +46,20 @@ def loopback_up() -> None:
     s.close()
 
 
-def _rebind(libc: ctypes.CDLL, fd: int, path: str, read_only: bool) -> None:
-    """Bind what `fd` opened (before /tmp was covered) at its old path again."""
-    if os.path.isdir(f"/proc/self/fd/{fd}"):
-        os.makedirs(path, exist_ok=True)
-    else:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        open(path, "a").close()
-    _mount(libc, f"/proc/self/fd/{fd}", path, MS_BIND | MS_REC)
-    if read_only:
-        _mount(libc, None, path, MS_BIND | MS_REMOUNT | MS_RDONLY)
-
-
-def confine(run: str, see: list[str]) -> None:
-    """Private /tmp and /dev/shm; everything read-only but `run` (which may lie in /tmp);
-    the paths in `see` that lie in the old /tmp stay visible, read-only."""
+def confine(run: str) -> None:
+    """A private /tmp (an overlay: the old /tmp shows through, writes stay the run's) and
+    /dev/shm; `run` writable where it is; every other path read-only."""
     libc = ctypes.CDLL(None, use_errno=True)
     keep = os.open(run, os.O_PATH)
-    kept = [(os.open(p, os.O_PATH), p) for p in see
-            if p.startswith("/tmp/") and os.path.exists(p) and not p.startswith(run + "/")]
-    private_tmp = os.path.join(run, "tmp")
-    os.makedirs(private_tmp, exist_ok=True)
-    _mount(libc, private_tmp, "/tmp", MS_BIND)
-    for fd, path in kept:
-        _rebind(libc, fd, path, read_only=True)
-    _rebind(libc, keep, run, read_only=False)  # the run's own path again, inside /tmp
+    layer = os.path.join(run, "tmp")  # the overlay's upper layer, on a tmpfs of its own
+    os.makedirs(layer, exist_ok=True)
+    _mount(libc, "tmpfs", layer, 0, "tmpfs", "size=2g,mode=0755")
+    for sub in ("upper", "work"):
+        os.makedirs(os.path.join(layer, sub))
+    _mount(libc, "overlay", "/tmp", 0, "overlay",
+           f"lowerdir=/tmp,upperdir={layer}/upper,workdir={layer}/work")
+    if run.startswith("/tmp/"):  # the run's own directory, the real one, over the overlay
+        _mount(libc, f"/proc/self/fd/{keep}", run, MS_BIND)
     if os.path.isdir("/dev/shm"):
         _mount(libc, "tmpfs", "/dev/shm", 0, "tmpfs")
     _mount(libc, "/", "/", MS_BIND | MS_REC)
@@ -87,8 +77,6 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", required=True)
     ap.add_argument("--report", required=True)
-    ap.add_argument("--see", action="append", default=[],
-                    help="a path in /tmp the run must still read (its code, an input)")
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -98,7 +86,7 @@ def main() -> int:
     except OSError as e:
         report["network"] = f"loopback not up: {e}"
     try:
-        confine(args.run, args.see)
+        confine(args.run)
     except OSError as e:
         report["filesystem"] = f"not confined: {e}"
     try:
@@ -113,7 +101,7 @@ def main() -> int:
         time.sleep(0.05)
         left = others()
     report["survivors"] = left
-    with open(args.report, "w") as f:
+    with open(args.report, "w") as f:  # the run's directory, bound in again (or never moved)
         json.dump(report, f)
     return rc if rc >= 0 else 128 - rc
 

@@ -157,14 +157,19 @@ def params_of(run: Run) -> int | None:
     return max(seen) if seen else run.parsed.n_params
 
 
-def traffic_per_step(run: Run) -> dict[int, dict[str, float]]:
-    """rank -> {"op at site": elements sent per training step}."""
+ITEMSIZE = {"float64": 8, "double": 8, "int64": 8, "long": 8, "float32": 4, "float": 4,
+            "int32": 4, "int": 4, "float16": 2, "bfloat16": 2, "half": 2, "int16": 2}
+
+
+def traffic_per_step(run: Run, in_bytes: bool = False) -> dict[int, dict[str, float]]:
+    """rank -> {"op at site": elements (or bytes) sent per training step}."""
     obs = run.observed
     out: dict[int, dict[str, float]] = {}
     for r, p in sorted((obs.ranks() if obs else {}).items()):
         by_site: dict[str, float] = defaultdict(float)
         for c in training_calls(p):
-            by_site[f"{c.op} at {c.site}"] += sent_elements(c, run.world_size) / run.steps
+            size = ITEMSIZE.get(c.dtype.lower(), 1) if in_bytes else 1
+            by_site[f"{c.op} at {c.site}"] += sent_elements(c, run.world_size) * size / run.steps
         out[r] = dict(by_site)
     return out
 

@@ -75,6 +75,8 @@ class SuiteReport:
         reason = props.get("reason") or (one_line(report.longreprtext) if failed else "")
         if "hint" in props:
             reason += "".join(f"\nlikely: {h}" for h in json.loads(props["hint"]))
+        if "detail" in props:
+            reason += f"\n{props['detail']}"
         if report.skipped and isinstance(report.longrepr, tuple):
             reason = str(report.longrepr[2])
         prev = self.outcomes.get(report.nodeid)

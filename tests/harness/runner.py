@@ -179,7 +179,7 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
     logs.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
     report = out.parent / "sandbox.json"
-    full = contain.wrap(list(argv), out.parent, report, cwd) if watch.contain else list(argv)
+    full = contain.wrap(list(argv), out.parent, report) if watch.contain else list(argv)
     mode = contain.MARKER_SCAN if full == list(argv) else contain.NAMESPACES
     t0 = time.monotonic()
     with open(stdout_path, "wb") as so, open(stderr_path, "wb") as se:
