@@ -75,8 +75,8 @@ def run_cache(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFact
               impl: tuple[str, ...]) -> RunCache:
     """Runs shared by every xdist worker of this session (never across sessions)."""
     base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
+    if hasattr(pytestconfig, "workerinput"):  # an xdist worker of this session (not the
+        base = base.parent                    # inherited variable of a nested session)
     cwd = ROOT if impl == REFERENCE_IMPL else pytestconfig.invocation_params.dir
     mem = pytestconfig.getoption("run_mem_mb")
     fsize = pytestconfig.getoption("run_file_mb")

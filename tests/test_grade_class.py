@@ -36,7 +36,8 @@ def test_a_class_of_broken_students_is_graded_and_resumed(tmp_path):
     assert list(rows[0]) == ["student", "score", *WEIGHTS, "first_violation"]
     assert all(r["first_violation"] for r in rows)
     hang = (out / "feedback" / "hanger.md").read_text()
-    assert "FAILED" in hang and "bound" in hang
+    assert "FAILED" in hang and "bound" in hang and "no module named zero" not in hang
+    assert "no module named zero" in (out / "feedback" / "crasher.md").read_text()
     assert (out / "summary.png").stat().st_size > 0
     assert f"| no_deadlock | {len(STUDENTS)} |" in (out / "summary.md").read_text()
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("students/*/results.json")}

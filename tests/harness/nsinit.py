@@ -58,8 +58,9 @@ def confine(run: str) -> None:
         os.makedirs(os.path.join(layer, sub))
     _mount(libc, "overlay", "/tmp", 0, "overlay",
            f"lowerdir=/tmp,upperdir={layer}/upper,workdir={layer}/work")
-    if run.startswith("/tmp/"):  # the run's own directory, the real one, over the overlay
-        _mount(libc, f"/proc/self/fd/{keep}", run, MS_BIND)
+    # the run's own directory, the real one (over the overlay when it lies in /tmp), as a
+    # mount of its own: the read-only remount of / below does not reach it
+    _mount(libc, f"/proc/self/fd/{keep}", run, MS_BIND)
     if os.path.isdir("/dev/shm"):
         _mount(libc, "tmpfs", "/dev/shm", 0, "tmpfs")
     _mount(libc, "/", "/", MS_BIND | MS_REC)

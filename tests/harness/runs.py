@@ -42,8 +42,10 @@ class RunSpec:
             f += ["--resume", str(resume_dir)]
         return f + list(self.extra)
 
-    def key(self, impl: tuple[str, ...]) -> str:
-        blob = json.dumps([list(impl), asdict(self)], sort_keys=True, default=str)
+    def key(self, impl: tuple[str, ...], cwd: Path | None = None) -> str:
+        """Names the run: the same argv in another folder is another program."""
+        blob = json.dumps([list(impl), asdict(self), str(cwd or "")], sort_keys=True,
+                          default=str)
         return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
@@ -99,7 +101,7 @@ class RunCache:
         return self._get(impl, spec)
 
     def _get(self, impl: tuple[str, ...], spec: RunSpec) -> Run:
-        d = self.root / spec.key(impl)
+        d = self.root / spec.key(impl, self.cwd)
         done = d / "outcome.json"
         with FileLock(str(d) + ".lock"):
             if not done.exists():
