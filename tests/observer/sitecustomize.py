@@ -205,7 +205,15 @@ class _Observer:
         setattr(mod, "backward", observed)  # noqa: B010
 
     def _snapshot(self) -> None:
-        """Storages alive now; at the second point, also those alive at both (persistent)."""
+        """First point: every storage Python can reach, held by weak reference. Second
+        point: those still alive, whatever holds them now: the rank's persistent state."""
+        if self.first_snapshot is not None:
+            alive = [n for ref, n in self.first_snapshot.values()
+                     if not ref.expired()]  # type: ignore[attr-defined]
+            self.emit({"ev": "mem", "at": self.backwards, "since": self.mem_at[0],
+                       "persistent_bytes": sum(alive), "persistent_storages": len(alive)})
+            self.first_snapshot = None
+            return
         import gc
 
         import torch
@@ -230,19 +238,10 @@ class _Observer:
                         add(obj.grad)  # a gradient may have no Python object of its own
                 except (RuntimeError, NotImplementedError):
                     continue
-        live = sum(n for _, n in storages.values())
-        record = {"ev": "mem", "at": self.backwards, "live_bytes": live,
-                  "storages": len(storages), "param_elements": sum(params.values())}
-        if self.first_snapshot is None:
-            self.first_snapshot = storages
-        else:
-            both = [n for ptr, (_, n) in storages.items()
-                    if ptr in self.first_snapshot and
-                    not self.first_snapshot[ptr][0].expired()]  # type: ignore[attr-defined]
-            record.update(persistent_bytes=sum(both), persistent_storages=len(both),
-                          since=self.mem_at[0])
-            self.first_snapshot = None
-        self.emit(record)
+        self.first_snapshot = storages
+        self.emit({"ev": "mem", "at": self.backwards, "storages": len(storages),
+                   "live_bytes": sum(n for _, n in storages.values()),
+                   "param_elements": sum(params.values())})
 
 
 def _tensors(value: object) -> list[Any]:
