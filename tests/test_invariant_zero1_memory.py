@@ -10,7 +10,7 @@ import pytest
 
 from tests.harness.checks import check_memory_scaling, check_zero_memory
 from tests.harness.observed_checks import check_measured_memory, persistent_bytes
-from tests.harness.runs import BASE, MEM1, MEM2, N2, N3, SINGLE
+from tests.harness.runs import BASE, MEM1, N2, N3, SINGLE
 
 
 @pytest.mark.parametrize("spec", [BASE, SINGLE, N2, N3], ids=lambda s: s.name)
@@ -24,7 +24,7 @@ def test_memory_per_rank_times_N_is_constant(run, holds):
 
 
 def test_measured_persistent_state_shrinks_by_12P(run, holds, record_property):
-    runs = {s.world_size: run(s) for s in (MEM1, MEM2, BASE)}
+    runs = {s.world_size: run(s) for s in (MEM1, N2, BASE)}
     if any(r.observed is None for r in runs.values()):
         pytest.skip("the observer is off (--no-observe)")
     record_property("observed", json.dumps({"persistent_bytes_per_rank": {

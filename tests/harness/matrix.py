@@ -20,7 +20,7 @@ from tests.harness.observed_checks import (
     check_same_sequence,
     check_zero_traffic,
 )
-from tests.harness.runs import BASE, MEM1, MEM2, RESUMED, SINGLE, RunSpec, faulted
+from tests.harness.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunSpec, faulted
 from tests.harness.violations import Violation
 
 Getter = Callable[[RunSpec], Run]
@@ -30,7 +30,7 @@ CHECKS: dict[str, Callable[[Getter], list[Violation]]] = {
     "monotonic_loss": lambda run: check_monotonic_loss(run(BASE)),
     "equal_rank_norms": lambda run: check_equal_norms(run(BASE)),
     "zero1_memory": lambda run: check_zero_memory(run(BASE)) + check_measured_memory(
-        {1: run(MEM1), 2: run(MEM2), 4: run(BASE)}),
+        {1: run(MEM1), 2: run(N2), 4: run(BASE)}),
     "communication": lambda run: (check_genuine_ranks(run(BASE)) + check_same_sequence(run(BASE))
                                   + check_zero_traffic(run(BASE))),
     "no_deadlock": lambda run: check_clean_exit(run(BASE)),
