@@ -285,6 +285,7 @@ def stacks(obs: Observation, limit: int = 12) -> str:
     out = []
     for rank, p in sorted(obs.ranks().items()):
         if p.stack.strip():
-            lines = p.stack.strip().splitlines()
+            lines = [ln for ln in p.stack.strip().splitlines()
+                     if f"{OBSERVER_DIR.name}/sitecustomize.py" not in ln]  # the suite's frame
             out.append(f"rank {rank} (pid {p.pid}):\n  " + "\n  ".join(lines[:limit]))
     return "\n".join(out)
