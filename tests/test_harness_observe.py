@@ -130,8 +130,13 @@ def test_point_to_point_calls_are_not_part_of_the_collective_sequence():
 
 def test_one_process_claiming_four_ranks_and_no_observer_at_all():
     alone = observed_run([ProcessTrace(pid=7, backwards=[1])], 4)
+    alone.parsed.records[3] = {1: {"step": 1}}  # it wrote rank 3's file, and exited 0
     [v] = check_genuine_ranks(alone)
     assert "never started" in v.message
+    crashed = observed_run([ProcessTrace(pid=7)], 4)
+    crashed.outcome.returncode = 1
+    [v] = check_genuine_ranks(crashed)
+    assert "before the run ended: exit code 1" in v.message
     nothing = observed_run([], 4)
     [v] = check_genuine_ranks(nothing)
     assert v.message == NOT_OBSERVED and "\n" not in str(v)

@@ -65,11 +65,13 @@ def check_genuine_ranks(run: Run) -> list[Violation]:
     n = run.world_size
     joined = [p for p in obs.processes if p.rank is not None]
     if not joined:
+        ran = f"{len(obs.processes)} Python process(es) ran and none called init_process_group"
+        if run.outcome.returncode == 0 and run.parsed.records.get(n - 1):
+            why = f"{ran}: the ranks were never started (did one process write every rank's files?)"
+        else:  # it ended (or hung) before: no_deadlock says how
+            why = f"{ran} before the run ended: {run.outcome.reason()}"
         return [Violation(INV, None, None, f"{n} processes in one process group",
-                          "no process group",
-                          f"{len(obs.processes)} Python process(es) ran and none called "
-                          "init_process_group: the ranks were never started (did one process "
-                          "write every rank's files?)")]
+                          "no process group", why)]
     if all(p.size == 1 for p in joined):
         return [Violation(INV, None, None, f"{n} processes in one process group",
                           f"{len(joined)} process(es) in group(s) of 1",
