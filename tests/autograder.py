@@ -62,14 +62,14 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 
 
 def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float],
-          visibility: dict[str, str]) -> list[str]:
+          visibility: dict[str, str], observe: bool = True) -> list[str]:
     """Write the autograder zip; return the names it holds."""
     bad = {v for v in visibility.values() if v not in VISIBILITIES}
     if bad:
         raise SystemExit(f"--visibility takes one of {', '.join(VISIBILITIES)}; got {bad}")
     files = sorted({p for pattern in SUITE_FILES for p in ROOT.glob(pattern)}
                    | {Path(m) for m in graded_modules()})
-    config = {"entry": entry, "run_timeout_s": run_timeout_s}
+    config = {"entry": entry, "run_timeout_s": run_timeout_s, "observe": observe}
     generated = {
         "setup.sh": SETUP_SH.format(packages=" ".join(SUITE_PACKAGES)),
         "run_autograder": RUN_AUTOGRADER,
@@ -95,7 +95,7 @@ def run(root: Path) -> int:
     source = Path(__file__).resolve().parents[1]
     config = json.loads((source / "autograder.json").read_text())
     g = Grading(entry=config["entry"], run_timeout_s=config["run_timeout_s"],
-                grading_config=source / "grading.json")
+                grading_config=source / "grading.json", observe=config.get("observe", True))
     results = grade(root / "submission", root / "results" / "results.json", g,
                     log=root / "results" / "pytest.log", root=source)
     print(f"score {results['score']} ({results.get('output', '')})")
@@ -118,9 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weight", action="append", default=[], metavar="MODULE=POINTS")
     ap.add_argument("--visibility", action="append", default=[], metavar="MODULE=VISIBILITY",
                     help=f"one of {', '.join(VISIBILITIES)}")
+    ap.add_argument("--no-observe", action="store_true",
+                    help="submissions are not Python programs: no observed checks")
     a = ap.parse_args(argv)
     weights = {k: float(v) for k, v in _pairs(a.weight, "weight").items()}
-    names = build(a.out, a.entry, a.run_timeout, weights, _pairs(a.visibility, "visibility"))
+    names = build(a.out, a.entry, a.run_timeout, weights, _pairs(a.visibility, "visibility"),
+                  observe=not a.no_observe)
     print(f"wrote {a.out} ({len(names)} files): upload it as the autograder of a "
           "Gradescope programming assignment (Ubuntu base image)")
     return 0

@@ -107,11 +107,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="one seed for the whole class (default: a fresh one per student)")
     ap.add_argument("--session-timeout", type=float, default=600.0,
                     help="seconds one student's whole session may take (default 600)")
+    ap.add_argument("--no-observe", action="store_true",
+                    help="submissions are not Python programs: no observed checks")
     a = ap.parse_args(argv)
     if a.jobs > (os.cpu_count() or 1):
         print(f"grade_class: -j {a.jobs} on {os.cpu_count()} cores: runs will be slower, "
               "not faster", file=sys.stderr)
-    g = Grading(a.entry, a.run_timeout, 2, a.suite_seed, a.session_timeout)
+    g = Grading(a.entry, a.run_timeout, 2, a.suite_seed, a.session_timeout,
+                observe=not a.no_observe)
     grades = grade_class(a.submissions, a.out, g, a.jobs)
     print(f"{len(grades)} students graded: {a.out / 'grades.csv'}, {a.out / 'feedback'}/, "
           f"{a.out / 'summary.md'}")

@@ -33,3 +33,18 @@ def test_a_test_that_never_reported_scores_0(tmp_path):
     [test] = results["tests"]
     assert (results["score"], test["status"], test["output"]) == \
         (0, "failed", "did not run to completion")
+
+
+def test_checks_turned_off_cost_no_points(tmp_path):
+    """Under --no-observe the observed tests skip: the rest still add up to 100."""
+    collected = {f"tests/test_invariant_{m}.py::t": m for m in WEIGHTS if m != "rollback"}
+    collected["tests/test_fault_rollback.py::t"] = "rollback"
+    collected["tests/test_invariant_zero1_memory.py::measured"] = "zero1_memory"
+    outcomes = {n: {"status": "passed", "output": ""} for n in collected}
+    for n in ("tests/test_invariant_communication.py::t",
+              "tests/test_invariant_zero1_memory.py::measured"):
+        outcomes[n] = {"status": "skipped", "output": "the observer is off (--no-observe)"}
+    results = write_results(tmp_path / "r.json", collected, outcomes, 1.0)
+    assert results["score"] == 100
+    off = [t for t in results["tests"] if t["max_score"] == 0]
+    assert len(off) == 2 and all(t["output"].startswith("not graded") for t in off)

@@ -64,16 +64,29 @@ def grading_config() -> tuple[dict[str, float], dict[str, str]]:
 
 def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dict[str, Any]],
                   elapsed_s: float, suite_seed: int = 0) -> dict[str, Any]:
-    """Write results.json; a graded test that never reported counts as failed (score 0)."""
+    """Write results.json; a graded test that never reported counts as failed (score 0).
+
+    A skipped test (the observed checks under --no-observe) is listed with no points, and the
+    weights of what did run are scaled to keep the same total: turning a check off for a
+    course does not cost its students points."""
     weights, visibility = grading_config()
+    skipped = {n for n in collected if outcomes.get(n, {}).get("status") == "skipped"}
     per_module: dict[str, int] = {}
-    for name in collected.values():
-        per_module[name] = per_module.get(name, 0) + 1
+    for nodeid, name in collected.items():
+        if nodeid not in skipped:
+            per_module[name] = per_module.get(name, 0) + 1
+    live = sum(weights[m] for m in per_module)
+    scale = sum(weights[m] for m in set(collected.values())) / live if live else 0.0
     tests = []
     total = 0.0
     for nodeid, name in sorted(collected.items()):
-        max_score = weights[name] / per_module[name]
         res = outcomes.get(nodeid, {"status": "failed", "output": "did not run to completion"})
+        if nodeid in skipped:
+            tests.append({"name": nodeid, "score": 0.0, "max_score": 0.0,
+                          "output": f"not graded: {res.get('output', '')}",
+                          "visibility": visibility[name]})
+            continue
+        max_score = weights[name] * scale / per_module[name]
         passed = res["status"] == "passed"
         total += max_score if passed else 0.0
         tests.append({"name": nodeid, "score": round(max_score if passed else 0.0, 4),

@@ -40,6 +40,7 @@ class Grading:
     session_timeout_s: float = 600.0  # the whole session, whatever the submission does
     grading_config: Path | None = None  # weights and visibility ($CAPSTONE_GRADING)
     file_mb: int = 64  # largest file a run may write (its logs included): floods stop there
+    observe: bool = True  # False: --no-observe, for submissions that are not Python programs
 
 
 def pytest_command(results: Path, g: Grading, root: Path = ROOT) -> list[str]:
@@ -51,6 +52,8 @@ def pytest_command(results: Path, g: Grading, root: Path = ROOT) -> list[str]:
         cmd += ["-n", str(g.workers)]
     if g.suite_seed is not None:
         cmd += ["--suite-seed", str(g.suite_seed)]
+    if not g.observe:
+        cmd.append("--no-observe")
     return cmd
 
 
@@ -99,6 +102,8 @@ def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """invariant -> {"score", "max_score", "passed", "first"} from a results.json."""
     out: dict[str, dict[str, Any]] = {}
     for t in results.get("tests", []):
+        if not t.get("max_score"):
+            continue  # not graded (skipped)
         name = graded_name(t["name"]) or t["name"]
         row = out.setdefault(name, {"score": 0.0, "max_score": 0.0, "passed": True,
                                     "first": "", "likely": []})
