@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.harness.procfs import live_processes
+
 NSINIT = Path(__file__).resolve().parent / "nsinit.py"
 NAMESPACES = "namespaces"
 MARKER_SCAN = "marker-scan"
@@ -58,34 +60,33 @@ def wrap(argv: list[str], run_dir: Path, report: Path) -> list[str]:
             "--report", str(report), "--", *argv]
 
 
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
 def wrapper_pids(leader: int) -> set[int]:
     """The unshare process and nsinit (host pids): the suite's, not the submission's."""
     try:
-        return {leader, *map(int, Path(f"/proc/{leader}/task/{leader}/children").read_text()
-                             .split())}
+        return {leader, *_children(leader)}
     except (OSError, ValueError):
         return {leader}
 
 
 def host_pids(leader: int) -> dict[int, int]:
     """Namespace pid -> host pid of every process in the PID namespace below `leader` (the
-    unshare process); under the marker scan a process's pid is its host pid."""
+    unshare process); empty when there is none (under the marker scan)."""
     try:
-        children = Path(f"/proc/{leader}/task/{leader}/children").read_text().split()
-        init = int(children[0])
-        ns = os.readlink(f"/proc/{init}/ns/pid")
+        ns = os.readlink(f"/proc/{_children(leader)[0]}/ns/pid")
     except (OSError, IndexError, ValueError):
         return {}
     found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid, [status] in live_processes("status"):
         try:
-            if os.readlink(f"/proc/{entry}/ns/pid") != ns:
+            if os.readlink(f"/proc/{pid}/ns/pid") != ns:
                 continue
-            for line in Path(f"/proc/{entry}/status").read_text().splitlines():
-                if line.startswith("NSpid:"):
-                    found[int(line.split()[-1])] = int(entry)
-        except (OSError, ValueError):
+        except OSError:
             continue
+        for line in status.decode(errors="replace").splitlines():
+            if line.startswith("NSpid:"):
+                found[int(line.split()[-1])] = pid
     return found

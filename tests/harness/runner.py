@@ -155,13 +155,13 @@ def _environment(token: str, observe_dir: Path | None) -> dict[str, str]:
     return env
 
 
-def _signal_stacks(pids: list[int], observe_dir: Path, leader: int) -> None:
-    """faulthandler dumps of every observed process (SIGUSR1 is registered only where the
-    observer loaded, so only those get it), read back after a short wait."""
-    ns_to_host = contain.host_pids(leader)
+def _signal_stacks(pids: list[int], leader: int) -> None:
+    """Ask every observed process for its faulthandler dump (SIGUSR1 is registered only where
+    the observer loaded, so only those get it), and give them a moment to write it."""
+    ns_to_host = contain.host_pids(leader)  # empty under the marker scan: pids are host pids
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(ns_to_host.get(pid, pid) if ns_to_host else pid, signal.SIGUSR1)
+            os.kill(ns_to_host.get(pid, pid), signal.SIGUSR1)
     time.sleep(0.3)
 
 
@@ -179,8 +179,9 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
     logs.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
     report = out.parent / "sandbox.json"
-    full = contain.wrap(list(argv), out.parent, report) if watch.contain else list(argv)
-    mode = contain.MARKER_SCAN if full == list(argv) else contain.NAMESPACES
+    mode = contain.mode() if watch.contain else contain.MARKER_SCAN
+    full = contain.wrap(list(argv), out.parent, report) if mode == contain.NAMESPACES \
+        else list(argv)
     t0 = time.monotonic()
     with open(stdout_path, "wb") as so, open(stderr_path, "wb") as se:
         try:
@@ -204,13 +205,14 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
                 alive = [p for p in processes_with_token(token) if p not in wrappers] \
                     or [proc.pid]
                 if obs is not None and observe_dir is not None:
-                    _signal_stacks([p.pid for p in obs.processes], observe_dir, proc.pid)
+                    _signal_stacks([p.pid for p in obs.processes], proc.pid)
                     obs = load_observation(observe_dir)
                     blocked, dumps = where_blocked(obs), stacks(obs)
                 break
             time.sleep(min(watch.poll_s, max(0.0, deadline - now)))
         # The leader is done (or stopped): whatever else carries the token goes too.
-        survivors = [] if timed_out or deadlock_s else processes_with_token(token)
+        stopped = timed_out or deadlock_s is not None
+        survivors = [] if stopped else processes_with_token(token)
         _kill_all(proc.pid, token)
         proc.wait()
     wall = time.monotonic() - t0
@@ -219,7 +221,6 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
         with contextlib.suppress(ValueError, OSError):
             sandbox = json.loads(report.read_text())
             survivors += [s["pid"] for s in sandbox.get("survivors", [])]
-    stopped = timed_out or deadlock_s is not None
     return Outcome(list(argv), str(out), None if stopped else proc.returncode, timed_out, wall,
                    _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
                    deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox)
