@@ -69,7 +69,7 @@ class ProcessTrace:
     def open_call(self) -> Call | None:
         """The blocking call this process is inside (started, not returned), if any."""
         last = self.calls[-1] if self.calls else None
-        if last is None or last.t1 is not None or last.is_async or last.source != "python":
+        if last is None or last.t1 is not None or last.is_async:
             return None
         return last
 

@@ -56,7 +56,6 @@ class _Observer:
         self.mem_at = tuple(int(x) for x in
                             os.environ.get("CAPSTONE_OBSERVE_MEM", "3,6").split(","))
         self.first_snapshot: dict[int, tuple[object, int]] | None = None
-        self.fr_dumped = False
         import threading
 
         self.local = threading.local()
@@ -72,7 +71,7 @@ class _Observer:
         self.fd = os.open(os.path.join(self.dir, f"p{self.pid}-{time.time_ns()}.jsonl"),
                           os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.calls = self.backwards = 0
-        self.rank, self.first_snapshot, self.fr_dumped = None, None, False
+        self.rank, self.first_snapshot = None, None
         self.emit({"ev": "hello", "pid": self.pid, "ppid": os.getppid(),
                    "argv": list(getattr(sys, "orig_argv", sys.argv))[:8],
                    "t": time.time_ns()})
@@ -111,6 +110,8 @@ class _Observer:
         import functools
         import time
 
+        signature: list[Any] = []  # inspect.signature(fn), computed at the first call
+
         @functools.wraps(fn)
         def observed(*args: Any, **kwargs: Any) -> Any:
             if not self._outer():
@@ -120,7 +121,11 @@ class _Observer:
                 self.calls += 1
                 index = self.calls
                 try:
-                    record = _describe(op, fn, args, kwargs)
+                    if not signature:
+                        import inspect
+
+                        signature.append(inspect.signature(fn))
+                    record = _describe(op, signature[0], args, kwargs)
                 except Exception as e:  # never let the observer break the call
                     record = {"op": op, "describe_error": repr(e)[:200]}
                 record.update(ev="call", i=index, site=_call_site(), t0=time.time_ns())
@@ -254,14 +259,12 @@ def _tensors(value: object) -> list[Any]:
     return []
 
 
-def _describe(op: str, fn: Callable[..., Any], args: tuple[Any, ...],
+def _describe(op: str, signature: Any, args: tuple[Any, ...],
               kwargs: dict[str, Any]) -> dict[str, Any]:
     """op, group, dtypes and element counts of one call, from its bound arguments."""
-    import inspect
-
     import torch.distributed as dist
 
-    bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+    bound = signature.bind_partial(*args, **kwargs).arguments
     ins, outs, dtypes = 0, 0, []
     for name, value in bound.items():
         tensors = _tensors(value)
