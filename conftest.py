@@ -14,6 +14,7 @@ import pytest
 
 from tests.harness.checks import Run
 from tests.harness.diagnosis import diagnose
+from tests.harness.grading import LIKELY
 from tests.harness.plugin import SuiteReport, suite_seed
 from tests.harness.runner import Watch
 from tests.harness.runs import RunCache, RunSpec
@@ -109,7 +110,7 @@ def holds(record_property: Callable[[str, object], None]
                 record_property("hint", json.dumps(hints))
             if detail:
                 record_property("detail", detail)
-            likely = "".join(f"\n  likely: {h}" for h in hints)
+            likely = "".join(f"\n  {LIKELY}{h}" for h in hints)
             pytest.fail(f"{what}: {len(violations)} violation(s)\n{summarize(violations)}"
                         f"{likely}" + (f"\n{detail}" if detail else ""), pytrace=False)
     return check

@@ -92,12 +92,11 @@ def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float]
 
 def run(root: Path) -> int:
     """Inside Gradescope: grade root/submission into root/results/results.json."""
-    source = Path(__file__).resolve().parents[1]
-    config = json.loads((source / "autograder.json").read_text())
+    config = json.loads((ROOT / "autograder.json").read_text())  # ROOT: the unpacked zip
     g = Grading(entry=config["entry"], run_timeout_s=config["run_timeout_s"],
-                grading_config=source / "grading.json", observe=config.get("observe", True))
+                grading_config=ROOT / "grading.json", observe=config.get("observe", True))
     results = grade(root / "submission", root / "results" / "results.json", g,
-                    log=root / "results" / "pytest.log", root=source)
+                    log=root / "results" / "pytest.log")
     print(f"score {results['score']} ({results.get('output', '')})")
     return 0  # Gradescope reads the file; a failing submission is not a failing autograder
 

@@ -8,8 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tests.harness.grading import WEIGHTS
-from tests.harness.session import per_invariant
+from tests.harness.grading import LIKELY, WEIGHTS, graded_name
 
 INVARIANTS = tuple(WEIGHTS)
 # The order a student should read failures in: how the run ended and what the ranks did first
@@ -20,6 +19,29 @@ ROOT_CAUSE_ORDER = ("no_deadlock", "communication", "equal_rank_norms", "single_
 
 def _order(name: str) -> int:
     return ROOT_CAUSE_ORDER.index(name) if name in ROOT_CAUSE_ORDER else len(ROOT_CAUSE_ORDER)
+
+
+def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """invariant -> {"score", "max_score", "passed", "first", "likely"} from a results.json."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in results.get("tests", []):
+        if not t.get("max_score"):
+            continue  # not graded (skipped)
+        name = graded_name(t["name"]) or t["name"]
+        row = out.setdefault(name, {"score": 0.0, "max_score": 0.0, "passed": True,
+                                    "first": "", "likely": []})
+        row["score"] += t.get("score", 0.0)
+        row["max_score"] += t.get("max_score", 0.0)
+        if t.get("status") != "passed":
+            lines = str(t.get("output", "")).splitlines()
+            if row["passed"]:
+                row["first"] = lines[0] if lines else ""
+            row["passed"] = False
+            for line in lines[1:]:
+                cause = line.removeprefix(LIKELY)
+                if line.startswith(LIKELY) and cause not in row["likely"]:
+                    row["likely"].append(cause)
+    return out
 
 
 def _points(x: float) -> str:
@@ -61,21 +83,14 @@ def feedback(student: str, results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def failing_counts(grades: dict[str, dict[str, Any]]) -> Counter[str]:
+def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
+    """summary.md (and summary.png when matplotlib is there): failures per invariant."""
     counts: Counter[str] = Counter({k: 0 for k in INVARIANTS})
+    causes: dict[str, Counter[str]] = {k: Counter() for k in INVARIANTS}
     for results in grades.values():
         for name, row in per_invariant(results).items():
             if not row["passed"]:
                 counts[name] += 1
-    return counts
-
-
-def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
-    """summary.md (and summary.png when matplotlib is there): failures per invariant."""
-    counts = failing_counts(grades)
-    causes: dict[str, Counter[str]] = {k: Counter() for k in INVARIANTS}
-    for results in grades.values():
-        for name, row in per_invariant(results).items():
             if row["likely"]:
                 causes.setdefault(name, Counter())[row["likely"][0]] += 1
     scores = sorted(r.get("score", 0.0) for r in grades.values())

@@ -29,6 +29,7 @@ WEIGHTS: dict[str, float] = {
 VISIBILITY: dict[str, str] = {name: "visible" for name in WEIGHTS}
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 CONFIG_VAR = "CAPSTONE_GRADING"
+LIKELY = "likely: "  # starts each likely-cause line of a test's output (class_report reads it)
 _MODULE = re.compile(r"(?:^|/)test_(?:invariant|fault)_(?P<name>\w+)\.py::")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.harness import contain
-from tests.harness.grading import graded_name, one_line, write_results
+from tests.harness.grading import LIKELY, graded_name, one_line, write_results
 from tests.harness.runner import SESSION_VAR, kill_pids, processes_with_token, session_prefix
 
 INVARIANT_PREFIX = "test_invariant_"
@@ -74,7 +74,7 @@ class SuiteReport:
         status = "passed" if report.passed else ("skipped" if report.skipped else "failed")
         reason = props.get("reason") or (one_line(report.longreprtext) if failed else "")
         if "hint" in props:
-            reason += "".join(f"\nlikely: {h}" for h in json.loads(props["hint"]))
+            reason += "".join(f"\n{LIKELY}{h}" for h in json.loads(props["hint"]))
         if "detail" in props:
             reason += f"\n{props['detail']}"
         if report.skipped and isinstance(report.longrepr, tuple):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.harness.grading import CONFIG_VAR, graded_name, grading_config
+from tests.harness.grading import CONFIG_VAR, grading_config
 
 ROOT = Path(__file__).resolve().parents[2]
 GRADED = ("test_invariant_*.py", "test_fault_rollback.py")
@@ -96,26 +96,3 @@ def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
     except (OSError, ValueError):
         return _fallback(results, f"pytest exited {proc.returncode} without a grade file "
                          f"(see {log.name})", time.monotonic() - t0)
-
-
-def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """invariant -> {"score", "max_score", "passed", "first"} from a results.json."""
-    out: dict[str, dict[str, Any]] = {}
-    for t in results.get("tests", []):
-        if not t.get("max_score"):
-            continue  # not graded (skipped)
-        name = graded_name(t["name"]) or t["name"]
-        row = out.setdefault(name, {"score": 0.0, "max_score": 0.0, "passed": True,
-                                    "first": "", "likely": []})
-        row["score"] += t.get("score", 0.0)
-        row["max_score"] += t.get("max_score", 0.0)
-        if t.get("status") != "passed":
-            lines = str(t.get("output", "")).splitlines()
-            if row["passed"]:
-                row["first"] = lines[0] if lines else ""
-            row["passed"] = False
-            for line in lines[1:]:
-                cause = line.removeprefix("likely: ")
-                if line.startswith("likely: ") and cause not in row["likely"]:
-                    row["likely"].append(cause)
-    return out
