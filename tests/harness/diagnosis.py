@@ -113,7 +113,7 @@ def _monotonic(vs: list[Violation], n: int) -> list[str]:
 
 
 def _memory(vs: list[Violation], n: int) -> list[str]:
-    found = []
+    found: list[str] = []
     for v in vs:
         if "kept whole" in v.message:
             shrink = _number(str(v.found).split("(")[-1])  # "(7.9P)"
@@ -124,7 +124,7 @@ def _memory(vs: list[Violation], n: int) -> list[str]:
                 found.append(FULL_STATE)
         elif "stale or partial" in v.message:
             found.append(STALE_MASTER)
-    return list(dict.fromkeys(found))
+    return found
 
 
 def _resume(vs: list[Violation], n: int) -> list[str]:
@@ -162,7 +162,7 @@ def _deadlock(vs: list[Violation], n: int) -> list[str]:
 
 
 def _communication(vs: list[Violation], n: int) -> list[str]:
-    found = []
+    found: list[str] = []
     for v in vs:
         if "never started" in v.message or "none called init_process_group" in v.message:
             found.append(ONE_PROCESS)
@@ -172,7 +172,7 @@ def _communication(vs: list[Violation], n: int) -> list[str]:
             found.append(f"{DIFFERENT_CALLS}: {v.message}")
         elif "elements sent per step" in str(v.expected):
             found.append(TOO_MUCH)
-    return list(dict.fromkeys(found))
+    return found
 
 
 DIAGNOSERS: dict[str, Diagnoser] = {
