@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import box
 from tests.harness.checks import Run
 from tests.harness.diagnosis import diagnose
-from tests.harness.grading import LIKELY
+from tests.harness.grading import LIKELY, NOT_GRADED
 from tests.harness.plugin import SuiteReport, suite_seed
 from tests.harness.runner import Watch
 from tests.harness.runs import RunCache, RunSpec
@@ -31,8 +32,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "(default: $CAPSTONE_IMPL, else the reference `python -m capstone`)")
     g.addoption("--run-timeout", type=float, default=60.0,
                 help="seconds one run may take before it is killed (default 60)")
-    g.addoption("--run-mem-mb", type=int, default=4096,
-                help="address-space limit per process of a run, MiB (0: none; default 4096)")
+    g.addoption("--run-mem-mb", type=int, default=2048,
+                help="memory each process of a run may allocate (RLIMIT_DATA), MiB; a "
+                     "process over it fails with MemoryError, its own fault (0: none; "
+                     "default 2048)")
     g.addoption("--run-file-mb", type=int, default=512,
                 help="largest file a run may write, MiB (0: none; default 512)")
     g.addoption("--grade-json", default=None, help="write a Gradescope results.json here")
@@ -48,6 +51,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    box.protect_self()  # if the box runs out, the kernel ends a run, not the suite
     config.pluginmanager.register(SuiteReport(config), "capstone-suite-report")
 
 
@@ -90,8 +94,15 @@ def run_cache(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture(scope="session")
 def run(run_cache: RunCache, impl: tuple[str, ...]) -> Callable[[RunSpec], Run]:
-    """`run(spec)`: the finished run of the implementation under test."""
-    return lambda spec: run_cache.get(impl, spec)
+    """`run(spec)`: the finished run of the implementation under test. A run the grading
+    machine killed twice (out of memory) is not graded: the test is skipped with the reason,
+    never failed."""
+    def get(spec: RunSpec) -> Run:
+        r = run_cache.get(impl, spec)
+        if r.outcome.not_graded:
+            pytest.skip(f"{NOT_GRADED}{spec.name} run: {r.outcome.not_graded}")
+        return r
+    return get
 
 
 @pytest.fixture

@@ -20,8 +20,9 @@ from tests.harness.runs import BASE, RunCache, RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "hostile"
-namespaces_only = pytest.mark.skipif(contain.mode() != contain.NAMESPACES,
-                                     reason="unshare is not allowed here (marker-scan fallback)")
+contained = pytest.mark.skipif(
+    contain.mode() == contain.MARKER_SCAN,
+    reason=f"neither namespaces nor a run user here ({contain.why_not_user()}): marker scan")
 
 
 def hostile(name: str) -> tuple[str, ...]:
@@ -74,7 +75,7 @@ def test_a_deadlock_is_stopped_early_and_located(tmp_path):
     assert o.alive_at_bound and not o.survivors
 
 
-@namespaces_only
+@contained
 def test_a_helper_with_a_clean_environment_is_ended_and_reported(tmp_path):
     r = cache(tmp_path, bound=5).get(hostile("escape_clean.py"), BASE)
     assert r.outcome.returncode == 0 and len(r.outcome.survivors) == 1
@@ -83,19 +84,26 @@ def test_a_helper_with_a_clean_environment_is_ended_and_reported(tmp_path):
     assert leftover.stdout == "", "the helper outlived its run"
 
 
-@namespaces_only
-def test_a_run_cannot_edit_the_suite_or_write_outside_its_directory(tmp_path):
+@contained
+def test_a_run_cannot_edit_the_suite_or_the_results_file_or_signal_the_suite(
+        tmp_path, monkeypatch):
     checks = ROOT / "tests" / "harness" / "checks.py"
+    results = tmp_path / "results" / "results.json"  # as the session's, written by the suite
+    results.parent.mkdir()
+    results.write_text("{}\n")
     before = checks.read_bytes()
-    r = cache(tmp_path, bound=10).get(hostile("tamper.py"), BASE)
+    monkeypatch.setenv("CAPSTONE_TAMPER_TARGETS", str(results))
+    monkeypatch.setenv("CAPSTONE_TAMPER_PIDS", f"{os.getpid()}:{os.getppid()}")
+    r = cache(tmp_path / "runs", bound=10).get(hostile("tamper.py"), BASE)
     import json
 
     done = json.loads((r.parsed.out / "tamper.json").read_text())
     # refused, or (for a suite that lies in /tmp) written to the run's private /tmp overlay:
-    # either way the suite's files are unchanged for the next session
+    # either way the suite's files and the results file are unchanged for the session
     assert checks.read_bytes() == before and not (ROOT / "tampered.txt").exists(), done
-    assert done[str(Path.home() / "tampered.txt")].startswith("refused"), done
-    assert not (Path.home() / "tampered.txt").exists()
+    assert results.read_text() == "{}\n", done
+    assert len(done["signals"]) == 2 and "allowed" not in done["signals"].values(), done
+    assert r.outcome.returncode == 0 and not r.outcome.survivors, r.outcome.reason()
 
 
 def test_a_submission_that_is_not_python_fails_the_observed_checks_in_one_line(tmp_path):
@@ -104,7 +112,7 @@ def test_a_submission_that_is_not_python_fails_the_observed_checks_in_one_line(t
     assert v.message == NOT_OBSERVED and "\n" not in str(v)
 
 
-@namespaces_only
+@contained
 @pytest.mark.slow
 def test_tutorial_style_ranks_on_a_fixed_port_run_side_by_side(tmp_path):
     """Two runs of a submission that uses MASTER_PORT=12355 at once, each in its own network

@@ -30,6 +30,7 @@ VISIBILITY: dict[str, str] = {name: "visible" for name in WEIGHTS}
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 CONFIG_VAR = "CAPSTONE_GRADING"
 LIKELY = "likely: "  # starts each likely-cause line of a test's output (class_report reads it)
+NOT_GRADED = "NOT GRADED (the grading machine's fault, not the submission's): "
 _MODULE = re.compile(r"(?:^|/)test_(?:invariant|fault)_(?P<name>\w+)\.py::")
 
 
@@ -64,14 +65,20 @@ def grading_config() -> tuple[dict[str, float], dict[str, str]]:
 
 
 def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dict[str, Any]],
-                  elapsed_s: float, suite_seed: int = 0) -> dict[str, Any]:
+                  elapsed_s: float, suite_seed: int = 0,
+                  extra: dict[str, Any] | None = None, note: str = "") -> dict[str, Any]:
     """Write results.json; a graded test that never reported counts as failed (score 0).
 
     A skipped test (the observed checks under --no-observe) is listed with no points, and the
     weights of what did run are scaled to keep the same total: turning a check off for a
-    course does not cost its students points."""
+    course does not cost its students points. A test the grading machine could not grade
+    (its run was OOM-killed twice) keeps its points out of reach, is not marked failed, and
+    the output says so first: the instructor regrades on a larger machine."""
     weights, visibility = grading_config()
-    skipped = {n for n in collected if outcomes.get(n, {}).get("status") == "skipped"}
+    not_graded = {n for n in collected
+                  if str(outcomes.get(n, {}).get("output", "")).startswith(NOT_GRADED)}
+    skipped = {n for n in collected if outcomes.get(n, {}).get("status") == "skipped"
+               and n not in not_graded}
     per_module: dict[str, int] = {}
     for nodeid, name in collected.items():
         if nodeid not in skipped:
@@ -88,16 +95,28 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                           "visibility": visibility[name]})
             continue
         max_score = weights[name] * scale / per_module[name]
+        if nodeid in not_graded:
+            tests.append({"name": nodeid, "score": 0.0, "max_score": round(max_score, 4),
+                          "output": res.get("output", ""),  # no status: neither passed
+                          "visibility": visibility[name]})  # nor failed
+            continue
         passed = res["status"] == "passed"
         total += max_score if passed else 0.0
         tests.append({"name": nodeid, "score": round(max_score if passed else 0.0, 4),
                       "max_score": round(max_score, 4),
                       "status": "passed" if passed else "failed",
                       "output": res.get("output", ""), "visibility": visibility[name]})
+    banner = ""
+    if not_graded:
+        first = str(outcomes[min(not_graded)]["output"]).removeprefix(NOT_GRADED)
+        banner = (f"{NOT_GRADED}{len(not_graded)} test(s) could not be graded: "
+                  f"{one_line(first, 400)}\n\n")
     results = {"score": round(total, 4),  # summed before rounding: 100, not 100.0001
                "execution_time": round(elapsed_s, 3),
-               "output": f"Graded with suite seed {suite_seed} (every run's data and "
-                         "initial parameters are drawn from it).",
-               "extra_data": {"suite_seed": suite_seed}, "tests": tests}
+               "output": f"{banner}Graded with suite seed {suite_seed} (every run's data and "
+                         "initial parameters are drawn from it)." + (f"\n{note}" if note else ""),
+               "extra_data": {"suite_seed": suite_seed, "not_graded": sorted(not_graded),
+                              **(extra or {})},
+               "tests": tests}
     path.write_text(json.dumps(results, indent=2) + "\n")
     return results

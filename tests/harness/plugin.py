@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness import contain
-from tests.harness.grading import LIKELY, graded_name, one_line, write_results
+from tests.harness import box, contain
+from tests.harness.grading import LIKELY, NOT_GRADED, graded_name, one_line, write_results
 from tests.harness.runner import SESSION_VAR, kill_pids, processes_with_token, session_prefix
 
 INVARIANT_PREFIX = "test_invariant_"
@@ -78,7 +78,7 @@ class SuiteReport:
         if "detail" in props:
             reason += f"\n{props['detail']}"
         if report.skipped and isinstance(report.longrepr, tuple):
-            reason = str(report.longrepr[2])
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
         prev = self.outcomes.get(report.nodeid)
         if prev is None or prev["status"] == "passed":  # a failing teardown still fails it
             self.outcomes[report.nodeid] = {"status": status, "output": reason}
@@ -100,12 +100,25 @@ class SuiteReport:
         path = self.config.getoption("grade_json")
         if path:
             write_results(Path(path), self.collected, self.outcomes,
-                          time.monotonic() - self.started, suite_seed())
+                          time.monotonic() - self.started, suite_seed(),
+                          {"box": box.read_box().describe(), "containment": contain.mode()},
+                          note="" if contain.mode() != contain.MARKER_SCAN
+                          else f"Containment: {containment_line()}.")
+
+    def not_graded(self) -> list[str]:
+        return [f"{nodeid}: {o['output'].removeprefix(NOT_GRADED)}"
+                for nodeid, o in sorted(self.outcomes.items())
+                if str(o.get("output", "")).startswith(NOT_GRADED)]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if hasattr(self.config, "workerinput"):
             return
         tr = terminalreporter
+        spoiled = self.not_graded()
+        if spoiled:  # first: these verdicts are the machine's, not the submission's
+            tr.section(f"NOT GRADED: {len(spoiled)} test(s), the grading machine's fault")
+            for line in spoiled:
+                tr.write_line(line)
         if self.invariants:
             tr.section("invariants")
             for name, results in sorted(self.invariants.items()):
@@ -134,6 +147,7 @@ class SuiteReport:
                 for key, value in figures.items():
                     tr.write_line(f"{name[:50]:<50} {key}: {value}")
         tr.write_line(f"containment of runs: {containment_line()}")
+        tr.write_line(f"box: {box.read_box().describe()}")
         tr.write_line(f"processes left behind by runs: {len(self.left_behind)}")
         path = self.config.getoption("grade_json")
         if path:
@@ -148,8 +162,4 @@ def _kill_leftovers() -> list[int]:
 
 
 def containment_line() -> str:
-    if contain.mode() == contain.NAMESPACES:
-        return ("namespaces (own PID, network and mount namespace per run; suite files "
-                "read-only to runs)")
-    return ("marker scan (unshare not allowed here: processes found by their environment "
-            "marker; runs of one submission serialised)")
+    return contain.GUARANTEES[contain.mode()]

@@ -11,7 +11,14 @@ With `observe`, the suite's observer is loaded into every Python process of the 
 in an unfinished collective for `hang_after_s`, the run is deadlocked and is stopped then,
 not at the bound. Before any kill it asks each rank for its stack (faulthandler, SIGUSR1)
 and writes down where each rank is blocked. With `contain`, the run gets its own PID,
-network and mount namespaces where the kernel allows (tests/harness/contain.py).
+network and mount namespaces where the kernel allows, else as a dedicated user where the
+suite is root (tests/harness/contain.py).
+
+While it waits it also measures what the run holds (the proportional set size of its
+processes, summed: forked ranks share torch's pages) and counts the kernel's OOM kills
+(tests/harness/box.py), so that a run the box killed is not charged to the submission. Run
+processes ask to be the OOM killer's first choice (oom_score_adj 1000): when the box runs
+out, a run dies, not the suite that reports it.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import os
 import resource
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -29,7 +37,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.harness import contain
+import psutil
+
+from tests.harness import box, contain
 from tests.harness.observe import OBSERVER_DIR, deadlocked, load_observation, stacks, where_blocked
 from tests.harness.procfs import live_processes
 
@@ -58,9 +68,22 @@ class Outcome:
     stacks: str = ""  # their faulthandler dumps
     observe_dir: str = ""  # the observer's traces ("" when not observed)
     sandbox: dict[str, Any] = field(default_factory=dict)  # what nsinit reported
+    peak_mb: float = 0.0  # the most the run's processes held at once (PSS, sampled)
+    oom_kills: int = 0  # OOM kills the kernel counted while the run was alive
+    earlier: list[str] = field(default_factory=list)  # how attempts the box spoiled ended
+    not_graded: str = ""  # the box failed this run twice: why it is not graded
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self)))
+        """Atomically, and never through a link a run may have planted at `path`."""
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".outcome-")
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(asdict(self)))
+        os.replace(tmp, path)
+
+    def ended_by_the_box(self) -> bool:
+        """The run did not end well while the kernel OOM-killed something: the box's doing
+        (the run's own processes are capped by --run-mem-mb and get MemoryError instead)."""
+        return self.oom_kills > 0 and self.returncode != 0
 
     @classmethod
     def load(cls, path: Path) -> Outcome:
@@ -124,13 +147,41 @@ def _kill_all(pgid: int, token: str) -> None:
         time.sleep(0.05)
 
 
-def _limits(mem_bytes: int | None, file_bytes: int | None) -> Callable[[], None]:
+def _limits(mem_bytes: int | None, file_bytes: int | None,
+            user: tuple[int, int] | None = None) -> Callable[[], None]:
+    """Each process of the run: at most `mem_bytes` of private memory (RLIMIT_DATA: what it
+    allocates, not the address space torch maps), files of at most `file_bytes`, first in
+    line for the OOM killer, and the run user under that containment."""
     def apply() -> None:
         if mem_bytes:
-            resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+            resource.setrlimit(resource.RLIMIT_DATA, (mem_bytes, mem_bytes))
         if file_bytes:
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+        if user is not None:
+            contain.become(user)()
     return apply
+
+
+def held_mb(leader: int, exclude: set[int], uid: int | None = None) -> float:
+    """What the run's processes hold now, MiB: the proportional set size summed over every
+    process below `leader` (and, under the run-user containment, of that user)."""
+    try:
+        procs = psutil.Process(leader).children(recursive=True)
+    except psutil.Error:
+        procs = []
+    if uid is not None:
+        known = {p.pid for p in procs}
+        procs += [psutil.Process(p) for p in contain.user_processes(uid) if p not in known
+                  and psutil.pid_exists(p)]
+    total = 0
+    for p in procs:
+        if p.pid in exclude:
+            continue
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_full_info().pss
+    return total / 2**20
 
 
 @dataclass(frozen=True)
@@ -143,9 +194,12 @@ class Watch:
     poll_s: float = 0.2
 
 
-def _environment(token: str, observe_dir: Path | None) -> dict[str, str]:
+def _environment(token: str, observe_dir: Path | None, home: Path | None = None
+                 ) -> dict[str, str]:
     env = dict(os.environ, **{TOKEN_VAR: token, "OMP_NUM_THREADS": "1",
                               "PYTHONDONTWRITEBYTECODE": "1"})
+    if home is not None:  # the run user's: its home is its run directory
+        env.update(HOME=str(home), USER=contain.RUN_USER, LOGNAME=contain.RUN_USER)
     if observe_dir is not None:
         observe_dir.mkdir(parents=True, exist_ok=True)
         env["CAPSTONE_OBSERVE_DIR"] = str(observe_dir)
@@ -153,6 +207,17 @@ def _environment(token: str, observe_dir: Path | None) -> dict[str, str]:
             [str(OBSERVER_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
         env.setdefault("TORCH_FR_BUFFER_SIZE", "20000")
     return env
+
+
+def _lingering(uid: int, grace_s: float = 1.0) -> list[int]:
+    """Processes of the run user still alive `grace_s` after the run ended (a helper still
+    exiting, such as multiprocessing's resource tracker, is not a survivor)."""
+    deadline = time.monotonic() + grace_s
+    left = contain.user_processes(uid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = contain.user_processes(uid)
+    return left
 
 
 def _signal_stacks(pids: list[int], leader: int) -> None:
@@ -171,37 +236,50 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
     """Run `argv` to completion, to a deadlock or to the bound; never leaves a process of
     it behind."""
     watch = watch or Watch()
+    mode = contain.mode() if watch.contain else contain.MARKER_SCAN
+    if mode != contain.USER:
+        return _run(argv, out, timeout_s, cwd, mem_bytes, file_bytes, watch, mode, None)
+    with contain.lease() as user:
+        return _run(argv, out, timeout_s, cwd, mem_bytes, file_bytes, watch, mode, user)
+
+
+def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
+         mem_bytes: int | None, file_bytes: int | None, watch: Watch, mode: str,
+         user: tuple[int, int] | None) -> Outcome:
     out.parent.mkdir(parents=True, exist_ok=True)
     token = session_prefix() + uuid.uuid4().hex
     observe_dir = out.parent / "observe" if watch.observe else None
-    env = _environment(token, observe_dir)
+    env = _environment(token, observe_dir, out.parent if user else None)
     logs = out.parent / f"{out.name}.log"
     logs.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
     report = out.parent / "sandbox.json"
-    mode = contain.mode() if watch.contain else contain.MARKER_SCAN
     full = contain.wrap(list(argv), out.parent, report) if mode == contain.NAMESPACES \
         else list(argv)
+    if user is not None:
+        contain.open_to(out.parent, user)
+    ooms_before = box.oom_kills()
+    peak = 0.0
     t0 = time.monotonic()
     with open(stdout_path, "wb") as so, open(stderr_path, "wb") as se:
         try:
             proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
                                     cwd=cwd, env=env, start_new_session=True,
-                                    preexec_fn=_limits(mem_bytes, file_bytes))
+                                    preexec_fn=_limits(mem_bytes, file_bytes, user))
         except OSError as e:
             return Outcome(list(argv), str(out), 127, False, 0.0, "", f"cannot start: {e}",
                            token=token, containment=mode)
         timed_out, alive, deadlock_s, blocked, dumps = False, [], None, "", ""
         deadline = t0 + timeout_s
+        wrappers = contain.wrapper_pids(proc.pid) if mode == contain.NAMESPACES else set()
         while proc.poll() is None:
+            peak = max(peak, held_mb(proc.pid, wrappers, user[0] if user else None))
             now = time.monotonic()
             obs = load_observation(observe_dir) if observe_dir is not None else None
             stuck = deadlocked(obs, time.time_ns(), watch.hang_after_s) \
                 if obs is not None and watch.hang_after_s > 0 else None
             if stuck is not None or now >= deadline:
                 timed_out, deadlock_s = stuck is None, stuck
-                wrappers = contain.wrapper_pids(proc.pid) if mode == contain.NAMESPACES \
-                    else set()
                 alive = [p for p in processes_with_token(token) if p not in wrappers] \
                     or [proc.pid]
                 if obs is not None and observe_dir is not None:
@@ -213,9 +291,15 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
         # The leader is done (or stopped): whatever else carries the token goes too.
         stopped = timed_out or deadlock_s is not None
         survivors = [] if stopped else processes_with_token(token)
+        if user is not None and not stopped:
+            survivors = sorted({*survivors, *_lingering(user[0])})
         _kill_all(proc.pid, token)
+        if user is not None:
+            contain.end_user(user[0])
+            os.chown(out.parent, 0, 0)  # nothing of the run's may change its directory now
         proc.wait()
     wall = time.monotonic() - t0
+    ooms = box.oom_kills() - ooms_before
     sandbox: dict[str, Any] = {}
     if mode == contain.NAMESPACES and report.is_file():
         with contextlib.suppress(ValueError, OSError):
@@ -223,4 +307,6 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
             survivors += [s["pid"] for s in sandbox.get("survivors", [])]
     return Outcome(list(argv), str(out), None if stopped else proc.returncode, timed_out, wall,
                    _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
-                   deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox)
+                   deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox,
+                   round(peak, 1), ooms)
+

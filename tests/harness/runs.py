@@ -1,17 +1,23 @@
 """Which runs the suite asks for, and a cache that computes each distinct run once per
-session, shared by every pytest-xdist worker through a file lock."""
+session, shared by every pytest-xdist worker through a file lock.
+
+Runs start only when they fit in the box beside the runs under way (tests/harness/box.py). A
+run that failed while the kernel's OOM killer struck is the box's doing, not the
+submission's: it is run again alone, once; if the box kills it again it is not graded, and
+says why."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from filelock import FileLock
 
-from tests.harness import contain
+from tests.harness import box, contain
 from tests.harness.checks import Run
 from tests.harness.observe import load_observation
 from tests.harness.parse import parse_run
@@ -77,6 +83,7 @@ class RunCache:
         self.watch = watch or Watch()
         self.seed = seed  # added to every run's seed: a grading session's own data and init
         root.mkdir(parents=True, exist_ok=True)
+        self.budget = box.MemoryBudget(root, box.read_box().memory_mb * box.HEADROOM)
 
     def _serialised(self, impl: tuple[str, ...]) -> FileLock | contextlib.nullcontext[None]:
         """Without namespaces, two runs of one submission never run at once: a submission
@@ -85,6 +92,18 @@ class RunCache:
             return contextlib.nullcontext()
         digest = hashlib.sha256(json.dumps(list(impl)).encode()).hexdigest()[:12]
         return FileLock(str(self.root / f"impl-{digest}.lock"))
+
+    def _attempt(self, impl: tuple[str, ...], argv: list[str], d: Path,
+                 alone: bool = False) -> Outcome:
+        """One run in a fresh directory, once it fits in the box (`alone`: no other run)."""
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        with self._serialised(impl), self.budget.reserve(d.name, exclusive=alone):
+            outcome = run_command(argv, d / "out", self.timeout_s, self.cwd, self.mem_bytes,
+                                  self.file_bytes, self.watch)
+        self.budget.measured(outcome.peak_mb)
+        return outcome
 
     def seeded(self, spec: RunSpec) -> RunSpec:
         """`spec` under this session's seed (and the run it resumes, too)."""
@@ -109,13 +128,28 @@ class RunCache:
                     base_spec, step = spec.resume_from
                     base = self._get(impl, base_spec)
                     resume_dir = base.parsed.out / "checkpoints" / f"step-{step:06d}"
-                d.mkdir(parents=True, exist_ok=True)
-                with self._serialised(impl):
-                    outcome = run_command(
-                        [*impl, "--out", str(d / "out"), *spec.flags(resume_dir)], d / "out",
-                        self.timeout_s, self.cwd, self.mem_bytes, self.file_bytes, self.watch)
+                argv = [*impl, "--out", str(d / "out"), *spec.flags(resume_dir)]
+                outcome = self._attempt(impl, argv, d)
+                if outcome.ended_by_the_box():
+                    spoiled = outcome
+                    outcome = self._attempt(impl, argv, d, alone=True)
+                    outcome.earlier = [f"killed by the grading machine (the kernel's OOM "
+                                       f"killer struck): {spoiled.reason()}"]
+                    if outcome.ended_by_the_box():
+                        outcome.not_graded = out_of_memory(max(spoiled.peak_mb,
+                                                               outcome.peak_mb))
                 outcome.save(done)
         outcome = Outcome.load(done)
         observed = load_observation(Path(outcome.observe_dir)) if outcome.observe_dir else None
         return Run(spec.name, spec.steps, spec.world_size, outcome,
                    parse_run(d / "out", spec.world_size), observed)
+
+
+def out_of_memory(peak_mb: float) -> str:
+    """Why a run the box killed twice is not graded, with what the box and the run had."""
+    b = box.read_box()
+    limit = f"limit {b.memory_limit_mb:.0f} MB" if b.memory_limit_mb else \
+        f"{b.available_mb:.0f} MB available"
+    return (f"the grading machine ran out of memory ({limit}, this run's peak "
+            f"{peak_mb:.0f} MB, twice): not your program's fault; the instructor should "
+            "choose a larger autograder machine and regrade")
