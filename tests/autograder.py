@@ -18,13 +18,18 @@ import json
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
+from tests.harness import box, contain
 from tests.harness.grading import VISIBILITIES, WEIGHTS
 from tests.harness.session import ROOT, Grading, grade, graded_modules
 
+GRADESCOPE_TIMEOUT_S = 600  # Gradescope's default autograder timeout (up to 40 minutes)
+RUNS_PER_SESSION = 13  # distinct runs a grading session asks for (tests/harness/runs.py)
+
 # The suite's own dependencies (pyproject: dependencies + the test extra), pinned at install.
 SUITE_PACKAGES = ("torch", "numpy", "pytest", "pytest-timeout", "pytest-xdist", "hypothesis",
-                  "filelock")
+                  "filelock", "psutil")
 SUITE_FILES = ("conftest.py", "pyproject.toml", "constraints.txt", "tests/__init__.py",
                "tests/autograder.py", "tests/harness/*.py", "tests/observer/sitecustomize.py")
 
@@ -38,6 +43,12 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
   apt-get update && apt-get install -y python3-pip
 fi
 python3 -m pip install -c constraints.txt {packages}
+# Docker refuses unshare: runs go as dedicated unprivileged users instead (one per run under
+# way), who cannot write the suite or the results, nor signal the suite.
+for user in {users}; do
+  id -u "$user" >/dev/null 2>&1 || useradd --system --no-create-home --home-dir /nonexistent \
+    --shell /usr/sbin/nologin "$user"
+done
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
@@ -61,17 +72,40 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def fit_warnings(run_timeout_s: float, mem_mb: int | None) -> list[str]:
+    """What in the configured bounds cannot fit Gradescope's smallest box (768 MB, 0.5 CPU,
+    10 minutes), where one run goes at a time."""
+    warn = []
+    smallest = box.Box(box.GRADESCOPE_DEFAULT_MB, 0.5, 1, box.GRADESCOPE_DEFAULT_MB, "v1")
+    fits = box.process_cap_mb(smallest, mem_mb or box.PROCESS_MB)
+    if mem_mb and mem_mb > fits:
+        warn.append(f"--run-mem-mb {mem_mb} cannot fit Gradescope's smallest box "
+                    f"({box.GRADESCOPE_DEFAULT_MB} MB): there a process is capped at {fits} MB "
+                    "(a submission that allocates without bound must hit its own cap before "
+                    "the box runs out); choose a machine of at least "
+                    f"{(mem_mb + box.SUITE_MB) / box.HEADROOM / 1024:.1f} GB")
+    worst = RUNS_PER_SESSION * run_timeout_s
+    if worst > GRADESCOPE_TIMEOUT_S:
+        warn.append(f"--run-timeout {run_timeout_s:g}: {RUNS_PER_SESSION} runs one at a time "
+                    f"may take {worst:.0f} s, over Gradescope's default {GRADESCOPE_TIMEOUT_S} s "
+                    "limit: raise the assignment's autograder timeout or lower --run-timeout")
+    return warn
+
+
 def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float],
-          visibility: dict[str, str], observe: bool = True) -> list[str]:
+          visibility: dict[str, str], observe: bool = True,
+          mem_mb: int | None = None) -> list[str]:
     """Write the autograder zip; return the names it holds."""
     bad = {v for v in visibility.values() if v not in VISIBILITIES}
     if bad:
         raise SystemExit(f"--visibility takes one of {', '.join(VISIBILITIES)}; got {bad}")
     files = sorted({p for pattern in SUITE_FILES for p in ROOT.glob(pattern)}
                    | {Path(m) for m in graded_modules()})
-    config = {"entry": entry, "run_timeout_s": run_timeout_s, "observe": observe}
+    config = {"entry": entry, "run_timeout_s": run_timeout_s, "observe": observe,
+              "run_mem_mb": mem_mb}
+    users = " ".join(f"{contain.RUN_USER}{i or ''}" for i in range(contain.RUN_USERS))
     generated = {
-        "setup.sh": SETUP_SH.format(packages=" ".join(SUITE_PACKAGES)),
+        "setup.sh": SETUP_SH.format(packages=" ".join(SUITE_PACKAGES), users=users),
         "run_autograder": RUN_AUTOGRADER,
         "autograder.json": json.dumps(config, indent=2) + "\n",
         "grading.json": json.dumps({"weights": weights, "visibility": visibility},
@@ -90,11 +124,67 @@ def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float]
         return z.namelist()
 
 
+def unpack(zip_path: Path, root: Path, submission: Path) -> Path:
+    """Lay out `root` as Gradescope lays out /autograder: the zip in source/, the student's
+    files in submission/ (for a rehearsal under $AUTOGRADER_ROOT)."""
+    import os
+
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(root / "source")
+        for info in z.infolist():  # zipfile drops the mode bits: restore them as unzip does
+            os.chmod(root / "source" / info.filename, (info.external_attr >> 16) or 0o644)
+    (root / "submission").mkdir(parents=True)
+    for f in submission.iterdir():
+        (root / "submission" / f.name).write_bytes(f.read_bytes())
+    return root
+
+
+def rehearse(zip_path: Path, submission: Path, root: Path, box_mb: float | None = None,
+             cpus: float | None = None, no_unshare: bool = False
+             ) -> tuple[dict[str, Any], float, float]:
+    """Run the autograder on `submission` as Gradescope would, under `root` (for
+    $AUTOGRADER_ROOT), inside a cgroup box of `box_mb` and `cpus` when given, with an
+    `unshare` that refuses (as Docker's seccomp does) when `no_unshare`. Returns the
+    results, the wall time and the box's peak working set (0 without a box)."""
+    import os
+    import subprocess
+    import time
+
+    from tests.harness.cgbox import CgBox
+
+    unpack(zip_path, root, submission)
+    os.chmod(root, 0o755)
+    path = [str(Path(sys.executable).parent), os.environ["PATH"]]
+    if no_unshare:
+        fake = root / "no-unshare"
+        fake.mkdir()
+        (fake / "unshare").write_text("#!/bin/sh\necho 'unshare: Operation not permitted' >&2\n"
+                                      "exit 1\n")
+        (fake / "unshare").chmod(0o755)
+        path.insert(0, str(fake))
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), PATH=os.pathsep.join(path))
+    argv = [str(root / "source" / "run_autograder")]
+    quiet = {"cwd": root / "source", "env": env, "stdout": subprocess.DEVNULL,
+             "stderr": subprocess.DEVNULL}
+    if box_mb is None:
+        t0 = time.monotonic()
+        subprocess.run(argv, check=True, timeout=2400, **quiet)  # type: ignore[call-overload]
+        wall, peak = time.monotonic() - t0, 0.0
+    else:
+        with CgBox(box_mb, cpus) as box:
+            m = box.run(argv, timeout_s=2400, **quiet)
+        wall, peak = m.wall_s, m.peak_mb
+    return json.loads((root / "results" / "results.json").read_text()), wall, peak
+
+
 def run(root: Path) -> int:
     """Inside Gradescope: grade root/submission into root/results/results.json."""
     config = json.loads((ROOT / "autograder.json").read_text())  # ROOT: the unpacked zip
     g = Grading(entry=config["entry"], run_timeout_s=config["run_timeout_s"],
-                grading_config=ROOT / "grading.json", observe=config.get("observe", True))
+                grading_config=ROOT / "grading.json", observe=config.get("observe", True),
+                mem_mb=config.get("run_mem_mb")).resolved()
+    print(f"box: {box.plan(box.read_box()).why}; containment: {contain.mode()}; a process of "
+          f"a run may allocate {g.mem_mb} MB")
     results = grade(root / "submission", root / "results" / "results.json", g,
                     log=root / "results" / "pytest.log")
     print(f"score {results['score']} ({results.get('output', '')})")
@@ -119,10 +209,15 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"one of {', '.join(VISIBILITIES)}")
     ap.add_argument("--no-observe", action="store_true",
                     help="submissions are not Python programs: no observed checks")
+    ap.add_argument("--run-mem-mb", type=int, default=None,
+                    help="memory one process of a run may allocate (default: "
+                         f"{box.PROCESS_MB} MB, less where the box is smaller)")
     a = ap.parse_args(argv)
     weights = {k: float(v) for k, v in _pairs(a.weight, "weight").items()}
+    for warning in fit_warnings(a.run_timeout, a.run_mem_mb):
+        print(f"warning: {warning}", file=sys.stderr)
     names = build(a.out, a.entry, a.run_timeout, weights, _pairs(a.visibility, "visibility"),
-                  observe=not a.no_observe)
+                  observe=not a.no_observe, mem_mb=a.run_mem_mb)
     print(f"wrote {a.out} ({len(names)} files): upload it as the autograder of a "
           "Gradescope programming assignment (Ubuntu base image)")
     return 0

@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--entry", default="python3 main.py",
                     help="command that runs a submission, inside its folder")
     ap.add_argument("-j", "--jobs", type=int, default=1,
-                    help="students graded at once (default 1; each session then uses 2 "
-                         "xdist workers)")
+                    help="students graded at once (default 1; each session then uses the "
+                         "xdist workers the box fits)")
     ap.add_argument("--run-timeout", type=float, default=30.0)
     ap.add_argument("--suite-seed", type=int, default=None,
                     help="one seed for the whole class (default: a fresh one per student)")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.jobs > (os.cpu_count() or 1):
         print(f"grade_class: -j {a.jobs} on {os.cpu_count()} cores: runs will be slower, "
               "not faster", file=sys.stderr)
-    g = Grading(a.entry, a.run_timeout, 2, a.suite_seed, a.session_timeout,
+    g = Grading(a.entry, a.run_timeout, None, a.suite_seed, a.session_timeout,
                 observe=not a.no_observe)
     grades = grade_class(a.submissions, a.out, g, a.jobs)
     print(f"{len(grades)} students graded: {a.out / 'grades.csv'}, {a.out / 'feedback'}/, "

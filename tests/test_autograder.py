@@ -14,23 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.autograder import SUITE_PACKAGES
+from tests.autograder import SUITE_PACKAGES, unpack
 from tests.harness.grading import WEIGHTS
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBMISSIONS = ROOT / "tests" / "submissions"
-
-
-def unpack(zip_path: Path, root: Path, submission: Path) -> Path:
-    """Lay out `root` as Gradescope lays out /autograder."""
-    with zipfile.ZipFile(zip_path) as z:
-        z.extractall(root / "source")
-        for info in z.infolist():  # zipfile drops the mode bits: restore them as unzip does
-            os.chmod(root / "source" / info.filename, (info.external_attr >> 16) or 0o644)
-    (root / "submission").mkdir(parents=True)
-    for f in submission.iterdir():
-        (root / "submission" / f.name).write_bytes(f.read_bytes())
-    return root
 
 
 def run_autograder(root: Path) -> dict:

@@ -35,6 +35,13 @@ RUN_MB_GUESS = 600.0
 SUITE_MB = 250.0
 WORKER_MB = 200.0
 HEADROOM = 0.85  # plan within this share of the memory left, for the kernel and page cache
+# Memory one process of a run may allocate (RLIMIT_DATA) when grading: a rank of the
+# reference holds ~245 MB of private data, a spawned rank ~260 MB. In a box it is lowered to
+# what the box can give one process beside the session, so that a submission that allocates
+# without bound fails on its own cap (its fault) before the box runs out (the box's).
+PROCESS_MB = 1024
+PROCESS_MB_FLOOR = 320  # below this a correct rank may not fit: the box is too small
+GRADESCOPE_DEFAULT_MB = 768
 UNLIMITED = 2**60
 
 
@@ -45,7 +52,7 @@ class Box:
     memory_limit_mb: float | None  # the cgroup's limit (None: none set)
     cpu_quota: float | None  # the cgroup's CPU quota in cores (None: none set)
     cpus: int  # CPUs this process may run on
-    available_mb: float  # memory the kernel reports available now
+    available_mb: float  # memory free for the suite now: the machine's, or the cgroup's room
     cgroup: str  # "v1", "v2" or "none"
 
     @property
@@ -55,16 +62,13 @@ class Box:
 
     @property
     def memory_mb(self) -> float:
-        """Memory the suite may use now: the cgroup's room or the machine's, the smaller."""
-        room = self.available_mb
-        if self.memory_limit_mb is not None:
-            room = min(room, self.memory_limit_mb - cgroup_usage_mb())
-        return max(room, 0.0)
+        """Memory the suite may use now."""
+        return max(self.available_mb, 0.0)
 
     def describe(self) -> str:
         mem = f"{self.memory_limit_mb:.0f} MB" if self.memory_limit_mb else "no memory limit"
         cpu = f"{self.cpu_quota:g} CPU quota" if self.cpu_quota else "no CPU quota"
-        return (f"{mem}, {cpu}, {self.cpus} CPUs, {self.available_mb:.0f} MB available "
+        return (f"{mem}, {cpu}, {self.cpus} CPUs, {self.available_mb:.0f} MB free "
                 f"(cgroup {self.cgroup})")
 
 
@@ -159,8 +163,11 @@ def read_box() -> Box:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return Box(_memory_limit(), _cpu_quota(), cpus,
-               psutil.virtual_memory().available / 2**20, cgroup_version())
+    limit = _memory_limit()
+    room = psutil.virtual_memory().available / 2**20
+    if limit is not None:
+        room = min(room, limit - cgroup_usage_mb())
+    return Box(limit, _cpu_quota(), cpus, room, cgroup_version())
 
 
 def oom_kills() -> int:
@@ -198,6 +205,13 @@ def plan(box: Box, run_mb: float = RUN_MB_GUESS) -> Plan:
     why = (f"{box.describe()}: {workers or 'no'} xdist workers, "
            f"{2 if workers else 1} run(s) of ~{run_mb:.0f} MB at once")
     return Plan(workers, run_mb, why)
+
+
+def process_cap_mb(box: Box, wanted: float = PROCESS_MB) -> int:
+    """What one process of a run may allocate in this box: `wanted`, or less where the box
+    could not hold that beside the grading session."""
+    fits = box.memory_mb * HEADROOM - SUITE_MB
+    return int(max(min(wanted, fits), PROCESS_MB_FLOOR))
 
 
 class MemoryBudget:

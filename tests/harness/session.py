@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.harness import box
 from tests.harness.grading import CONFIG_VAR, grading_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,19 +36,30 @@ class Grading:
 
     entry: str = "python3 main.py"
     run_timeout_s: float = 30.0
-    workers: int = 2  # pytest-xdist workers of the session (0: none)
+    workers: int | None = None  # pytest-xdist workers of the session (None: what the box fits)
     suite_seed: int | None = None  # None: a fresh seed per session
     session_timeout_s: float = 600.0  # the whole session, whatever the submission does
     grading_config: Path | None = None  # weights and visibility ($CAPSTONE_GRADING)
     file_mb: int = 64  # largest file a run may write (its logs included): floods stop there
     observe: bool = True  # False: --no-observe, for submissions that are not Python programs
+    mem_mb: int | None = None  # what one process of a run may allocate (None: from the box)
+
+    def resolved(self) -> Grading:
+        """Workers and memory cap chosen for the box this machine is now."""
+        from dataclasses import replace
+
+        b = box.read_box()
+        return replace(self, workers=box.plan(b).workers if self.workers is None
+                       else self.workers, mem_mb=self.mem_mb or box.process_cap_mb(b))
 
 
 def pytest_command(results: Path, g: Grading, root: Path = ROOT) -> list[str]:
+    g = g.resolved()
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
            "--rootdir", str(root), "-c", str(root / "pyproject.toml"),
            *graded_modules(root), "--impl", g.entry, "--run-timeout", str(g.run_timeout_s),
-           "--run-file-mb", str(g.file_mb), "--grade-json", str(results)]
+           "--run-file-mb", str(g.file_mb), "--run-mem-mb", str(g.mem_mb),
+           "--grade-json", str(results)]
     if g.workers:
         cmd += ["-n", str(g.workers)]
     if g.suite_seed is not None:

@@ -1,0 +1,183 @@
+"""The suite inside graders' boxes (cgroups of a grader's size, tests/harness/cgbox.py): it
+reads the box it is in, a run the box killed is rerun alone and never charged, a run the box
+kills twice is not graded (and says why), a submission that allocates without bound is still
+charged; and, marked `box` (minutes: `pytest -m box`), the Gradescope autograder in
+Gradescope's default box grades as on a big machine, with and without namespaces.
+
+Each test is skipped, with the reason, where no cgroup box can be made (not root, or a
+read-only cgroup file system, as in most Docker graders themselves)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.autograder import rehearse
+from tests.harness import cgbox
+
+ROOT = Path(__file__).resolve().parents[1]
+WHY_NOT = cgbox.usable()
+needs_box = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "ok")
+pytestmark = needs_box
+REFERENCE = [sys.executable, "-m", "capstone"]
+MEMHOG = [sys.executable, str(ROOT / "tests" / "hostile" / "memhog.py")]
+
+# A grading process in the box: one run through the run cache, its outcome on stdout.
+GRADER = textwrap.dedent("""
+    import json, sys
+    from dataclasses import asdict
+    from pathlib import Path
+    from tests.harness import box
+    from tests.harness.runner import Watch
+    from tests.harness.runs import RunCache, RunSpec
+    box.protect_self()
+    root, argv = Path(sys.argv[1]), json.loads(sys.argv[2])
+    mem = box.process_cap_mb(box.read_box()) * 2**20
+    cache = RunCache(root, 60, Path.cwd(), mem, 64 * 2**20, Watch(observe=False, contain=True))
+    spec = RunSpec("box", world_size=2, batch_size=8, steps=6, checkpoint_every=3)
+    print(json.dumps(asdict(cache.get(tuple(argv), spec).outcome)))
+""")
+# Another tenant of the box (a run of another test, the grader's own growth): it holds
+# `hold` MB until the kernel's OOM killer has struck in the box once, then lets go.
+NEIGHBOUR = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    open("/proc/self/oom_score_adj", "w").write("-1000")  # never the one killed
+    oom = Path(sys.argv[1]) / "memory.oom_control"
+    if not oom.exists():
+        oom = Path(sys.argv[1]) / "memory.events"
+    def kills():
+        return int([l for l in oom.read_text().splitlines() if l.startswith("oom_kill ")][0]
+                   .split()[1])
+    hold = bytearray(int(sys.argv[2]) * 2**20)
+    for i in range(0, len(hold), 4096):
+        hold[i] = 1
+    Path(sys.argv[3]).write_text("holding")
+    start, deadline = kills(), time.monotonic() + 120
+    while kills() == start and time.monotonic() < deadline:
+        time.sleep(0.01)
+""")
+
+
+def grade_one_run(box: cgbox.CgBox, tmp_path: Path, argv: list[str]) -> dict:
+    proc = subprocess.run([sys.executable, "-c", GRADER, str(tmp_path / "runs"),
+                           json.dumps(argv)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, preexec_fn=box.enter)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(json.loads(proc.stdout.splitlines()[-1]))
+
+
+def test_the_suite_reads_the_box_it_is_in_and_plans_for_it():
+    probe = ("import json; from tests.harness import box; b = box.read_box(); "
+             "print(json.dumps([b.memory_limit_mb, b.cpu_quota, box.plan(b).workers, "
+             "box.process_cap_mb(b)]))")
+    seen = {}
+    for mb, cpus in ((768, 0.5), (3072, 2.0)):
+        with cgbox.CgBox(mb, cpus) as b:
+            out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                                 text=True, check=True, preexec_fn=b.enter).stdout
+        seen[mb] = json.loads(out)
+    assert seen[768][:3] == [768, 0.5, 0]  # Gradescope's default: one run at a time
+    assert seen[3072][:3] == [3072, 2.0, 2]
+    assert 320 <= seen[768][3] < 768 - 250  # a process's cap leaves room for the session
+
+
+def test_a_run_the_box_killed_is_rerun_alone_and_not_charged(tmp_path):
+    """The first attempt meets a neighbour that fills the box: the kernel OOM-kills a rank
+    (runs ask to be its first choice). The rerun, alone, passes and is what counts."""
+    ready = tmp_path / "ready"
+    with cgbox.CgBox(1000) as box:
+        neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(box.dirs[0]), "820",
+                                      str(ready)], preexec_fn=box.enter)
+        while not ready.exists():
+            assert neighbour.poll() is None, "the neighbour could not fill the box"
+        outcome = grade_one_run(box, tmp_path, REFERENCE)
+        neighbour.wait(timeout=30)
+    assert outcome["earlier"] and "OOM killer" in outcome["earlier"][0], outcome
+    assert outcome["returncode"] == 0 and not outcome["not_graded"], outcome
+
+
+def test_a_run_the_box_kills_twice_is_not_graded_and_says_why(tmp_path):
+    with cgbox.CgBox(120) as box:
+        outcome = grade_one_run(box, tmp_path, REFERENCE)
+    assert outcome["oom_kills"] > 0 and len(outcome["earlier"]) == 1, outcome
+    why = outcome["not_graded"]
+    assert "ran out of memory" in why and "limit 120 MB" in why, why
+    assert "choose a larger autograder machine" in why
+
+
+def test_a_submission_that_allocates_without_bound_is_charged(tmp_path):
+    """Its processes are capped below what the box holds: it fails on its own cap
+    (MemoryError), the OOM killer never strikes, and nothing is excused or rerun."""
+    with cgbox.CgBox(768, 0.5) as box:
+        outcome = grade_one_run(box, tmp_path, MEMHOG)
+    assert outcome["returncode"] not in (0, None) and outcome["oom_kills"] == 0, outcome
+    assert "MemoryError" in outcome["stderr_tail"], outcome["stderr_tail"][-500:]
+    assert outcome["earlier"] == [] and outcome["not_graded"] == ""
+
+
+# -- the autograder in Gradescope's default box (minutes each: `pytest -m box`) --------------
+
+SUBMISSIONS = ROOT / "tests" / "submissions"
+GRADESCOPE = (768, 0.5)
+
+
+@pytest.fixture(scope="module")
+def autograder_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ag") / "autograder.zip"
+    subprocess.run([sys.executable, "-m", "tests.autograder", "--entry", "python3 main.py",
+                    "--out", str(out)], cwd=ROOT, check=True, capture_output=True)
+    return out
+
+
+def _verdicts(results: dict) -> dict[str, str]:
+    """module -> passed/failed/not graded, from a results.json."""
+    out: dict[str, str] = {}
+    for t in results["tests"]:
+        module = t["name"].split("::")[0].rsplit("/", 1)[-1]
+        status = t.get("status", "not graded")
+        if out.get(module) in (None, "passed"):
+            out[module] = status
+    return out
+
+
+@pytest.mark.box
+@pytest.mark.parametrize("no_unshare", [False, True], ids=["namespaces", "unshare-refused"])
+def test_the_reference_grades_100_in_gradescopes_default_box(autograder_zip, tmp_path,
+                                                             no_unshare):
+    results, wall, _ = rehearse(autograder_zip, SUBMISSIONS / "reference", tmp_path,
+                                *GRADESCOPE, no_unshare=no_unshare)
+    assert results["score"] == 100, [t["output"] for t in results["tests"]
+                                     if t.get("status") != "passed"]
+    assert results["extra_data"]["not_graded"] == []
+    assert results["extra_data"]["containment"] == ("run-user" if no_unshare
+                                                    else "namespaces")
+    assert wall < 300, f"{wall:.0f}s: over 5 minutes in the 768 MB / 0.5 CPU box"
+
+
+@pytest.mark.box
+def test_a_mistake_is_graded_in_the_box_as_on_a_big_machine(autograder_zip, tmp_path):
+    big, _, _ = rehearse(autograder_zip, SUBMISSIONS / "no_broadcast", tmp_path / "big")
+    small, wall, _ = rehearse(autograder_zip, SUBMISSIONS / "no_broadcast", tmp_path / "box",
+                              *GRADESCOPE, no_unshare=True)
+    assert _verdicts(small) == _verdicts(big) and small["score"] == big["score"] < 100
+    hints = "\n".join(t["output"] for t in small["tests"])
+    assert "initial broadcast is missing" in hints
+    assert wall < 300, f"{wall:.0f}s: over 5 minutes in the 768 MB / 0.5 CPU box"
+
+
+@pytest.mark.box
+def test_every_mutant_is_caught_in_gradescopes_default_box(tmp_path):
+    with cgbox.CgBox(*GRADESCOPE) as box, open(tmp_path / "log", "w") as out:
+        m = box.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                     str(ROOT / "tests" / "test_fault_mutants.py"), "--basetemp",
+                     str(tmp_path / "t")], timeout_s=2400, cwd=ROOT, stdout=out,
+                    stderr=subprocess.STDOUT)
+    log = (tmp_path / "log").read_text()
+    assert m.returncode == 0 and m.oom_kills == 0, log[-3000:]
+    assert "MISSING" not in log and "passed" in log
