@@ -33,7 +33,8 @@ def test_a_class_of_broken_students_is_graded_and_resumed(tmp_path):
     with open(out / "grades.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["student"] for r in rows] == sorted(STUDENTS)
-    assert list(rows[0]) == ["student", "score", *WEIGHTS, "first_violation"]
+    assert list(rows[0]) == ["student", "score", *WEIGHTS, "first_violation", "not_graded"]
+    assert all(r["not_graded"] == "" for r in rows)
     assert all(r["first_violation"] for r in rows)
     hang = (out / "feedback" / "hanger.md").read_text()
     assert "FAILED" in hang and "bound" in hang and "no module named zero" not in hang

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.harness.grading import WEIGHTS, graded_name, write_results
+from tests.harness.grading import NOT_GRADED, WEIGHTS, graded_name, write_results
 
 
 def test_weights_total_100_and_only_graded_modules_count():
@@ -48,3 +48,32 @@ def test_checks_turned_off_cost_no_points(tmp_path):
     assert results["score"] == 100
     off = [t for t in results["tests"] if t["max_score"] == 0]
     assert len(off) == 2 and all(t["output"].startswith("not graded") for t in off)
+
+
+def test_a_test_the_machine_could_not_grade_is_neither_passed_nor_failed(tmp_path):
+    """Its points stay out of reach (no scaling hides it), no status, and the output says so
+    first; the class report flags the student for a regrade."""
+    from tests.harness.class_report import feedback, per_invariant, write_csv
+
+    collected = {f"tests/test_invariant_{m}.py::t": m for m in WEIGHTS if m != "rollback"}
+    outcomes = {n: {"status": "passed", "output": ""} for n in collected}
+    why = f"{NOT_GRADED}base run: the grading machine ran out of memory (limit 768 MB)"
+    outcomes["tests/test_invariant_no_deadlock.py::t"] = {"status": "skipped", "output": why}
+    results = write_results(tmp_path / "r.json", collected, outcomes, 1.0)
+    [spoiled] = [t for t in results["tests"] if "no_deadlock" in t["name"]]
+    assert spoiled["score"] == 0 and spoiled["max_score"] == WEIGHTS["no_deadlock"]
+    assert "status" not in spoiled
+    assert results["score"] == 100 - WEIGHTS["rollback"] - WEIGHTS["no_deadlock"]
+    assert results["output"].startswith(NOT_GRADED)
+    assert per_invariant(results)["no_deadlock"]["not_graded"].startswith("base run")
+    assert "## no_deadlock: NOT GRADED" in feedback("ada", results)
+    write_csv(tmp_path / "g.csv", {"ada": results})
+    assert (tmp_path / "g.csv").read_text().splitlines()[1].endswith(",no_deadlock")
+
+
+def test_the_class_median_is_the_median(tmp_path):
+    from tests.harness.class_report import write_summary
+
+    write_summary(tmp_path, {"a": {"score": 100.0, "tests": []},
+                             "b": {"score": 90.0, "tests": []}})
+    assert "Median score 95;" in (tmp_path / "summary.md").read_text()

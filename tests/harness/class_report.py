@@ -4,11 +4,12 @@ student, and a summary (Markdown and a picture) of how many students fail each i
 from __future__ import annotations
 
 import csv
+import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tests.harness.grading import LIKELY, WEIGHTS, graded_name
+from tests.harness.grading import LIKELY, NOT_GRADED, WEIGHTS, graded_name
 
 INVARIANTS = tuple(WEIGHTS)
 # The order a student should read failures in: how the run ended and what the ranks did first
@@ -22,17 +23,20 @@ def _order(name: str) -> int:
 
 
 def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """invariant -> {"score", "max_score", "passed", "first", "likely"} from a results.json."""
+    """invariant -> {"score", "max_score", "passed", "first", "likely", "not_graded"} from a
+    results.json ("not_graded": why the grading machine could not grade it, else "")."""
     out: dict[str, dict[str, Any]] = {}
     for t in results.get("tests", []):
         if not t.get("max_score"):
             continue  # not graded (skipped)
         name = graded_name(t["name"]) or t["name"]
         row = out.setdefault(name, {"score": 0.0, "max_score": 0.0, "passed": True,
-                                    "first": "", "likely": []})
+                                    "first": "", "likely": [], "not_graded": ""})
         row["score"] += t.get("score", 0.0)
         row["max_score"] += t.get("max_score", 0.0)
-        if t.get("status") != "passed":
+        if str(t.get("output", "")).startswith(NOT_GRADED):
+            row["not_graded"] = row["not_graded"] or str(t["output"]).removeprefix(NOT_GRADED)
+        elif t.get("status") != "passed":
             lines = str(t.get("output", "")).splitlines()
             if row["passed"]:
                 row["first"] = lines[0] if lines else ""
@@ -52,15 +56,16 @@ def write_csv(path: Path, grades: dict[str, dict[str, Any]]) -> None:
     """student, score, one column per invariant (points earned), first violation."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["student", "score", *INVARIANTS, "first_violation"])
+        w.writerow(["student", "score", *INVARIANTS, "first_violation", "not_graded"])
         for student, results in sorted(grades.items()):
             inv = per_invariant(results)
             failed = [(k, v) for k in sorted(INVARIANTS, key=_order)
                       if (v := inv.get(k)) and not v["passed"]]
             first = f"{failed[0][0]}: {failed[0][1]['first']}" if failed else ""
+            spoiled = " ".join(k for k in INVARIANTS if inv.get(k, {}).get("not_graded"))
             w.writerow([student, _points(results.get("score", 0.0)),
                         *(_points(inv[k]["score"]) if k in inv else "" for k in INVARIANTS),
-                        first])
+                        first, spoiled])
 
 
 def feedback(student: str, results: dict[str, Any]) -> str:
@@ -71,6 +76,9 @@ def feedback(student: str, results: dict[str, Any]) -> str:
              str(results.get("output", "")), ""]
     for name in sorted(inv, key=lambda k: (inv[k]["passed"], _order(k))):
         row = inv[name]
+        if row["not_graded"] and row["passed"]:
+            lines += [f"## {name}: NOT GRADED", "", f"{NOT_GRADED}{row['not_graded']}", ""]
+            continue
         verdict = "passed" if row["passed"] else "FAILED"
         lines.append(f"## {name}: {verdict} ({_points(row['score'])} / "
                      f"{_points(row['max_score'])})")
@@ -94,9 +102,14 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
             if row["likely"]:
                 causes.setdefault(name, Counter())[row["likely"][0]] += 1
     scores = sorted(r.get("score", 0.0) for r in grades.values())
-    lines = [f"# Class summary: {len(grades)} students", "",
-             f"Median score {scores[len(scores) // 2]:.4g}; "
-             f"{sum(s >= 100 for s in scores)} at 100." if scores else "No students.", "",
+    spoiled = sorted(name for name, r in grades.items()
+                     if any(v["not_graded"] for v in per_invariant(r).values()))
+    lines = [f"# Class summary: {len(grades)} students", ""]
+    if spoiled:  # first: these grades are incomplete through no fault of the students
+        lines += [f"**Not graded completely (the grading machine's fault; regrade on a larger "
+                  f"machine): {', '.join(spoiled)}**", ""]
+    lines += [f"Median score {statistics.median(scores):.4g}; "
+              f"{sum(s >= 100 for s in scores)} at 100." if scores else "No students.", "",
              "| invariant | students failing | most common likely cause |", "|---|---|---|"]
     for name in INVARIANTS:
         top = causes[name].most_common(1)
