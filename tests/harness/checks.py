@@ -6,6 +6,7 @@ mutant matrix call the same functions, so "caught" means this exact check report
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,6 +270,36 @@ def _same_final_shards(inv: str, a: Run, b: Run, step: int, what: str) -> list[V
             for r in sorted(k for k in sha_a if isinstance(k, int)) if sha_a[r] != sha_b.get(r)]
 
 
+def _grad_norms(run: Run) -> dict[int, float]:
+    return {s: float(r["grad_norm"]) for s, r in run.parsed.records.get(0, {}).items()
+            if s >= 1 and is_finite(r.get("grad_norm"))}
+
+
+GROWTH = 2.0  # the gradient norm at least doubles over the steps before the restart
+RESTART_DROP = 0.5  # and the restarted run's first is at most half the original's
+
+
+def _accumulating(inv: str, base: Run, other: Run, restart: int, what: str
+                  ) -> list[Violation]:
+    """What the gradient norms of both runs say when a restarted run parts from the original
+    at `restart`: norms that grow step after step in the original and fall back at the
+    restart are gradients summed across steps, which a restart (fresh zero gradients)
+    resets. Nothing when the norms do not show it."""
+    a, b = _grad_norms(base), _grad_norms(other)
+    before = [a[s] for s in range(1, restart) if s in a]
+    if len(before) < 3 or restart not in a or restart not in b:
+        return []
+    rising = sum(y > x for x, y in itertools.pairwise(before)) / (len(before) - 1)
+    if rising < 0.8 or before[-1] < GROWTH * before[0] or b[restart] > RESTART_DROP * a[restart]:
+        return []
+    return [Violation(inv, 0, restart, f"grad_norm {a[restart]!r} (the original run)",
+                      b[restart],
+                      f"gradients accumulate across steps: the original run's gradient norm "
+                      f"grows step after step ({before[0]:.3g} at step 1, {before[-1]:.3g} at "
+                      f"step {restart - 1}) and the {what}'s first is "
+                      f"{a[restart] / max(b[restart], 1e-30):.1f}x smaller")]
+
+
 def check_resume(base: Run, resumed: Run, from_step: int) -> list[Violation]:
     """Valid checkpoints; a resume from `from_step` is bit-identical to the run, files too."""
     inv = "byte_exact_resume"
@@ -276,8 +307,11 @@ def check_resume(base: Run, resumed: Run, from_step: int) -> list[Violation]:
     if resumed.outcome.returncode != 0:
         out.append(Violation(inv, None, from_step + 1, "the resumed run to exit 0",
                              resumed.outcome.reason()))
-    out += _same_trajectory(inv, base, resumed, range(from_step + 1, base.steps + 1),
-                            "resumed run")
+    parted = _same_trajectory(inv, base, resumed, range(from_step + 1, base.steps + 1),
+                              "resumed run")
+    if parted:
+        out += _accumulating(inv, base, resumed, from_step + 1, "resumed run")
+    out += parted
     out += _same_final_shards(inv, base, resumed, base.steps, "resumed run")
     return out
 
@@ -346,6 +380,13 @@ def check_rollback(clean: Run, faulted: Run, kind: str, step: int) -> list[Viola
             out.append(Violation(inv, rank, step, f"a rollback event with reason {kind!r}",
                                  [e.get("reason") for e in events] or "none"))
     what = f"run with {kind}@{step}"
-    out += _same_trajectory(inv, clean, faulted, range(1, clean.steps + 1), what)
+    parted = _same_trajectory(inv, clean, faulted, range(1, clean.steps + 1), what)
+    if parted:  # the replay after a rollback restarts from the checkpoint (records keep
+        #         the last record of a step: the replay's)
+        back = [e.get("to_step") for e in faulted.parsed.events.get(0, [])
+                if e.get("event") == "rollback"]
+        if back and isinstance(back[0], int):
+            out += _accumulating(inv, clean, faulted, back[0] + 1, "rolled-back run")
+    out += parted
     out += _same_final_shards(inv, clean, faulted, clean.steps, what)
     return out

@@ -163,15 +163,36 @@ def why_not_user() -> str:
     return ""
 
 
-def open_to(run_dir: Path, ids: tuple[int, int]) -> None:
-    """Give the run user its run directory, and a way through the directories above it (the
-    execute bit only: it cannot list them or write there)."""
-    for d in [*run_dir.parents][::-1]:
+def _traversable(path: Path) -> None:
+    """The execute bit for others on every directory above `path` (a way through: others
+    still cannot list them or write there)."""
+    for d in [*path.parents][::-1]:
         st = d.stat()
-        if st.st_uid == 0 and not st.st_mode & 0o001:
+        if not st.st_mode & 0o001:
             d.chmod(st.st_mode | 0o001)
+
+
+@functools.lru_cache(maxsize=64)
+def readable(folder: Path) -> None:
+    """Let the run user read the submission it runs (read for others, and execute on
+    folders), where its folder is closed to others (e.g. made 0700 by a temp-dir maker)."""
+    _traversable(folder)
+    if folder.stat().st_mode & 0o005 == 0o005:
+        return
+    for path in [folder, *folder.rglob("*")]:
+        st = path.lstat()
+        if not path.is_symlink():
+            path.chmod(st.st_mode | (0o005 if path.is_dir() else 0o004))
+
+
+def open_to(run_dir: Path, ids: tuple[int, int], cwd: Path | None = None) -> None:
+    """Give the run user its run directory, a way through the directories above it, and
+    read access to the folder it runs in."""
+    _traversable(run_dir)
     for path in [run_dir, *run_dir.rglob("*")]:
         os.chown(path, *ids, follow_symlinks=False)
+    if cwd is not None:
+        readable(cwd.resolve())
 
 
 def user_processes(uid: int) -> list[int]:

@@ -56,11 +56,16 @@ LOCAL_GUARD = ("ranks rolled back differently: the guard decided on local values
                "the all-reduced loss and gradient norm, identically on every rank)")
 NO_ROLLBACK = ("the guard never fired: check the loss and gradient norm for NaN or a spike "
                "before the update is applied, and restore the last checkpoint")
+NOT_RECOVERED = ("the guard rolled back but the run did not recover: state that the fault "
+                 "poisoned survives the restore (a gradient buffer that is never zeroed, "
+                 "optimizer state not reloaded from the checkpoint)")
 ONE_PROCESS = ("one process did the work of N ranks: start N processes (mp.spawn, torchrun) "
                "that join one process group")
-TWICE = ("gradients reduced twice: DDP's all-reduce composed with ZeRO's reduce-scatter "
-         "(reduce each gradient once)")
 TOO_MUCH = "more traffic per step than ZeRO-1 needs: 2(N-1)/N*P elements (2Ψ)"
+NEVER_REDUCED = ("the gradients are never reduced across ranks: reduce-scatter them (each "
+                 "owner receives the average of its slice) before the update")
+ACCUMULATE = ("gradients accumulate across steps: they are never cleared (zero the gradients "
+              "before each step's backward)")
 
 
 def _number(value: object) -> float | None:
@@ -129,22 +134,31 @@ def _memory(vs: list[Violation], n: int) -> list[str]:
 
 def _resume(vs: list[Violation], n: int) -> list[str]:
     found = []
+    if any(v.message.startswith("gradients accumulate") for v in vs):
+        return [ACCUMULATE, *_resume_files(vs)]
     trajectory = [v for v in vs if "not bit-identical" in v.message]
     if trajectory:
         first = min(v.step or 0 for v in trajectory)
         keys = {str(v.expected).split(" ", 1)[0] for v in trajectory if v.step == first}
         found.append(RESUMED_PARAMS if "loss" in keys else MOMENTS)
-    if any("does not match its manifest" in v.message for v in vs):
-        found.append(MANIFEST)
-    return found
+    return found + _resume_files(vs)
+
+
+def _resume_files(vs: list[Violation]) -> list[str]:
+    return [MANIFEST] if any("does not match its manifest" in v.message for v in vs) else []
 
 
 def _rollback(vs: list[Violation], n: int) -> list[str]:
+    if any(v.message.startswith("gradients accumulate") for v in vs):
+        return [ACCUMULATE]
     missing = {v.rank for v in vs if str(v.expected).startswith("a rollback event")}
     if missing and len(missing) < n:
         return [LOCAL_GUARD]
     if missing:
         return [NO_ROLLBACK]
+    ended = [v for v in vs if str(v.expected).startswith("exit code 0 after the rollback")]
+    if ended:  # it rolled back, and still failed: say what was seen
+        return [f"{NOT_RECOVERED} (seen: every rank rolled back, then {ended[0].found})"]
     return []
 
 
@@ -166,12 +180,17 @@ def _communication(vs: list[Violation], n: int) -> list[str]:
     for v in vs:
         if "never started" in v.message or "none called init_process_group" in v.message:
             found.append(ONE_PROCESS)
-        elif "reduced twice" in v.message:
-            found.append(TWICE)
         elif "the same on every rank" in str(v.expected):
             found.append(f"{DIFFERENT_CALLS}: {v.message}")
         elif "elements sent per step" in str(v.expected):
-            found.append(TOO_MUCH)
+            # the check names the calls it saw and what they amount to: that is the hint
+            found.append(v.message.split("; per step:")[0] or TOO_MUCH)
+        elif "rows per step" in str(v.expected):  # says what the ranks computed on
+            found.append(v.message)
+        elif "never reduced" in v.message:
+            found.append(NEVER_REDUCED)
+        elif "reduced per step" in str(v.expected):
+            found.append(v.message)
     return found
 
 

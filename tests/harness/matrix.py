@@ -22,6 +22,7 @@ from tests.harness.observed_checks import (
 )
 from tests.harness.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunSpec, faulted
 from tests.harness.violations import Violation
+from tests.harness.work_checks import check_data_parallel, check_reduced
 
 Getter = Callable[[RunSpec], Run]
 ROLLBACK_PROBE = ("nan", 12)
@@ -32,7 +33,9 @@ CHECKS: dict[str, Callable[[Getter], list[Violation]]] = {
     "zero1_memory": lambda run: check_zero_memory(run(BASE)) + check_measured_memory(
         {1: run(MEM1), 2: run(N2), 4: run(BASE)}),
     "communication": lambda run: (check_genuine_ranks(run(BASE)) + check_same_sequence(run(BASE))
-                                  + check_zero_traffic(run(BASE))),
+                                  + check_zero_traffic(run(BASE))
+                                  + check_data_parallel(run(BASE), BASE.batch_size)
+                                  + check_reduced(run(BASE))),
     "no_deadlock": lambda run: check_clean_exit(run(BASE)),
     "byte_exact_resume": lambda run: check_resume(run(BASE), run(RESUMED), 10),
     "single_process_parity": lambda run: check_parity(run(BASE), run(SINGLE)),

@@ -38,6 +38,8 @@ class Call:
     is_async: bool = False
     peer: str = ""
     source: str = "python"  # or "flight-recorder": issued by torch's C++ without a Python call
+    fresh: int | None = None  # all-to-all and sends: elements of data not sent or received
+    #                           before in the step (a chunk sent to many peers counts once)
 
     @property
     def p2p(self) -> bool:
@@ -63,6 +65,7 @@ class ProcessTrace:
     calls: list[Call] = field(default_factory=list)
     flight_recorder: list[dict[str, Any]] | None = None
     backwards: list[int] = field(default_factory=list)  # start times, ns
+    work: list[dict[str, int]] = field(default_factory=list)  # per backward: tokens, rows
     memory: list[dict[str, Any]] = field(default_factory=list)
     stack: str = ""
 
@@ -134,10 +137,12 @@ class Observation:
 
 
 def _call(rec: dict[str, Any]) -> Call:
+    fresh = rec.get("fresh")
     return Call(int(rec.get("i", 0)), str(rec.get("op", "?")), int(rec.get("numel_in", 0)),
                 int(rec.get("numel_out", 0)), str((rec.get("dtypes") or ["?"])[0]),
                 list(rec.get("group") or []), str(rec.get("site", "?")), int(rec.get("t0", 0)),
-                is_async=bool(rec.get("async")), peer=str(rec.get("peer", "")))
+                is_async=bool(rec.get("async")), peer=str(rec.get("peer", "")),
+                fresh=None if fresh is None else int(fresh))
 
 
 def read_process(path: Path) -> ProcessTrace | None:
@@ -172,6 +177,7 @@ def read_process(path: Path) -> ProcessTrace | None:
             trace.flight_recorder = list(rec["entries"])
         elif ev == "bw":
             trace.backwards.append(int(rec.get("t", 0)))
+            trace.work.append({k: int(rec[k]) for k in ("tokens", "rows") if k in rec})
         elif ev == "mem":
             trace.memory.append(rec)
     if trace is not None:

@@ -16,6 +16,7 @@ observer turned off) gives none, and the tests skip.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from tests.harness.checks import Run
@@ -37,7 +38,7 @@ NOT_OBSERVED = ("nothing loaded the suite's observer: the submission is not a Py
                 "in Python; --no-observe turns them off)")
 
 
-def _observation(run: Run, inv: str) -> tuple[Observation | None, list[Violation]]:
+def observation_of(run: Run, inv: str) -> tuple[Observation | None, list[Violation]]:
     obs = run.observed
     if obs is None:
         return None, []
@@ -47,7 +48,7 @@ def _observation(run: Run, inv: str) -> tuple[Observation | None, list[Violation
     return obs, []
 
 
-def _missing_ranks(run: Run, obs: Observation, what: str) -> list[Violation]:
+def missing_ranks(run: Run, obs: Observation, what: str) -> list[Violation]:
     """Nothing to compare when the N ranks never joined (reported, not passed vacuously)."""
     joined = sorted(obs.ranks())
     if run.world_size >= 2 and joined != list(range(run.world_size)):
@@ -59,7 +60,7 @@ def _missing_ranks(run: Run, obs: Observation, what: str) -> list[Violation]:
 
 def check_genuine_ranks(run: Run) -> list[Violation]:
     """For N >= 2: N distinct processes joined one process group of size N, ranks 0..N-1."""
-    obs, out = _observation(run, INV)
+    obs, out = observation_of(run, INV)
     if obs is None or run.world_size == 1:
         return out
     n = run.world_size
@@ -98,12 +99,12 @@ def check_genuine_ranks(run: Run) -> list[Violation]:
 
 def check_same_sequence(run: Run) -> list[Violation]:
     """Every rank's collectives agree in op, sizes, dtype and group, call for call."""
-    obs, out = _observation(run, INV)
+    obs, out = observation_of(run, INV)
     if obs is None:
         return out
     ranks = obs.ranks()
     if len(ranks) < 2:
-        return out + _missing_ranks(run, obs, "compare")
+        return out + missing_ranks(run, obs, "compare")
     seqs = {r: p.collectives() for r, p in sorted(ranks.items())}
     longest = max(len(s) for s in seqs.values())
     for k in range(longest):
@@ -145,6 +146,27 @@ def sent_elements(c: Call, n: int) -> float:
     return 0.0  # barriers, receives, object collectives
 
 
+def _dst(c: Call) -> int | None:
+    m = re.search(r"dst=(\d+)", c.peer)
+    return int(m[1]) if m else None
+
+
+def reduced_elements(c: Call, n: int, rank: int) -> float:
+    """Elements of this rank's data that one call puts into a reduction across ranks: an
+    all-reduce or reduce-scatter by what the program asked for (the reduce-scatter part of an
+    all-reduce); an all-to-all or a send by the fresh data it carries (a reduction written by
+    hand sends data it did not receive; a gather by hand forwards it, or sends one piece to
+    all: counted once); gathers and broadcasts reduce nothing."""
+    f = (n - 1) / n
+    if c.op == "all_reduce" or c.op.startswith("reduce_scatter"):
+        return f * c.numel_in
+    if c.op == "reduce":
+        return 0.0 if _dst(c) == rank else float(c.numel_in)
+    if c.op.startswith("all_to_all") or c.op in ("send", "isend", "batch_isend_irecv"):
+        return float(c.fresh) if c.fresh is not None else sent_elements(c, n)
+    return 0.0
+
+
 def training_calls(p: ProcessTrace) -> list[Call]:
     """The calls from the first backward on (the initial broadcast and set-up set aside)."""
     start = p.backwards[0] if p.backwards else None
@@ -176,42 +198,57 @@ def traffic_per_step(run: Run, in_bytes: bool = False) -> dict[int, dict[str, fl
     return out
 
 
-def _diagnosis(by_site: dict[str, float], n: int, P: int) -> str:
-    """What the extra traffic most likely is, from the calls that move gradient-sized data."""
-    big = [(k, v) for k, v in by_site.items() if v >= 0.5 * (n - 1) / n * P]
-    reduces = [k for k, _ in big if k.startswith("all_reduce")]
-    others = [k for k, _ in big if not k.startswith("all_reduce")]
-    if reduces and others:
-        return (f"gradients reduced twice? {reduces[0]} and {others[0]} each move ~P elements "
-                "(DDP's all-reduce composed with ZeRO's reduce-scatter?)")
-    if len(reduces) >= 2:
-        return f"the full gradient is all-reduced more than once: {', '.join(reduces)}"
-    if len(big) >= 3:
-        return f"{len(big)} calls each move ~P elements; ZeRO-1 needs two per step"
-    return "more data per step than one all-reduce of the parameters"
+def _diagnosis(p: ProcessTrace, rank: int, n: int, P: int, steps: int) -> str:
+    """What the extra traffic is, read from the calls that moved it: per call site, what it
+    sent and what of it went into a reduction, per step."""
+    sent: dict[str, float] = defaultdict(float)
+    reduced: dict[str, float] = defaultdict(float)
+    for c in training_calls(p):
+        key = f"{c.op} at {c.site}"
+        sent[key] += sent_elements(c, n) / steps
+        reduced[key] += reduced_elements(c, n, rank) / steps
+    full = (n - 1) / n * P  # one reduction (or one gather) of every gradient element
+    reductions = [k for k in sent if reduced[k] >= 0.5 * full]
+    gathers = [k for k in sent if k not in reductions and sent[k] >= 0.5 * full]
+
+    def named(k: str) -> str:
+        return f"{k.split(' at ')[0]} at {k.split(' at ', 1)[1]} ({sent[k]:,.0f} elements)"
+    if len(reductions) >= 2:
+        return (f"the gradient is reduced twice: {named(reductions[0])} and "
+                f"{named(reductions[1])} each reduce every element (e.g. DDP's all-reduce "
+                "composed with ZeRO's reduce-scatter): reduce each gradient once")
+    if reductions and reductions[0].startswith("all_reduce") and gathers:
+        return (f"all-reduce where a reduce-scatter suffices: {named(reductions[0])} gives "
+                f"every rank the whole reduced gradient, then {named(gathers[0])} gathers the "
+                "updated slices; each rank needs only its own slice of the reduced gradient "
+                "(reduce-scatter)")
+    top = sorted(sent, key=lambda k: -sent[k])[:3]
+    return ("more data per step than ZeRO-1's reduce-scatter and all-gather; seen: "
+            + ", ".join(named(k) for k in top))
 
 
 def check_zero_traffic(run: Run) -> list[Violation]:
     """Per step, each rank sends at most 2(N-1)/N·P elements (+2%: padding and scalars)."""
-    obs, out = _observation(run, INV)
+    obs, out = observation_of(run, INV)
     if obs is None or run.world_size == 1:
         return out
     P = params_of(run)
     if P is None:
         return [*out, Violation(INV, None, None, "P", "unknown",
                                 "no parameters observed and no summary.json")]
-    out += _missing_ranks(run, obs, "measure")
+    out += missing_ranks(run, obs, "measure")
     n = run.world_size
     bound = 2 * (n - 1) / n * P * (1 + TRAFFIC_SLACK)
+    ranks = obs.ranks()
     for r, by_site in traffic_per_step(run).items():
         total = sum(by_site.values())
         if total > bound:
             top = sorted(by_site.items(), key=lambda kv: -kv[1])[:4]
             breakdown = ", ".join(f"{k}: {v:,.0f}" for k, v in top)
+            why = _diagnosis(ranks[r], r, n, P, run.steps)
             out.append(Violation(INV, r, None,
                                  f"<= 2(N-1)/N·P = {2 * (n - 1) / n * P:,.0f} elements sent "
-                                 "per step", f"{total:,.0f}",
-                                 f"{_diagnosis(by_site, n, P)}; per step: {breakdown}"))
+                                 "per step", f"{total:,.0f}", f"{why}; per step: {breakdown}"))
     return out
 
 
@@ -230,7 +267,7 @@ def check_measured_memory(runs: dict[int, Run]) -> list[Violation]:
     out: list[Violation] = []
     measured: dict[int, int] = {}
     for n, run in sorted(runs.items()):
-        obs, problems = _observation(run, inv)
+        obs, problems = observation_of(run, inv)
         if obs is None:
             if problems:
                 return problems

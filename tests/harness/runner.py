@@ -257,7 +257,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     full = contain.wrap(list(argv), out.parent, report) if mode == contain.NAMESPACES \
         else list(argv)
     if user is not None:
-        contain.open_to(out.parent, user)
+        contain.open_to(out.parent, user, Path(cwd or os.getcwd()))
     ooms_before = box.oom_kills()
     peak = 0.0
     t0 = time.monotonic()

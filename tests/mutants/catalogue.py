@@ -229,6 +229,38 @@ def unmatched_recv() -> None:
     zero.reduce_scatter_mean = reduce_scatter
 
 
+def whole_batch() -> None:
+    """Every rank trains on the whole global batch (N·B rows, not its B): no data split by
+    rank. Reduced and averaged as usual, so every number is the single-process run's."""
+    trainer.rank_batch = lambda batch, rank, batch_size: data.rank_batch(batch, 0,
+                                                                          batch.size(0))
+
+
+def whole_batch_no_reduction() -> None:
+    """The whole global batch on every rank, and no gradient reduction at all: each rank
+    already holds the whole batch's gradient and updates its slice from it."""
+    whole_batch()
+    local_gradient()
+
+
+def allreduce_then_slice() -> None:
+    """The common way to get ZeRO-1 wrong: all-reduce the full gradient, keep this rank's
+    slice, update it and all-gather (1.5x the traffic, the same numbers)."""
+    def all_reduce_slice(out: torch.Tensor, flat: torch.Tensor, size: int,
+                         group: Any = None) -> None:
+        full = flat.clone()
+        if size > 1:
+            dist.all_reduce(full, group=group)
+        out.copy_(full.view(size, -1)[dist.get_rank(group)] / size)
+    zero.reduce_scatter_mean = all_reduce_slice
+
+
+def grads_never_cleared() -> None:
+    """The gradients are never zeroed between steps: each step's backward adds to the last."""
+    trainer.Trainer._forward_backward = lambda self: trainer.accumulate_gradients(  # type: ignore[method-assign]
+        self.model, self.x, self.y, self.cfg.micro_batches)
+
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("no_broadcast", ("equal_rank_norms", "single_process_parity"), no_broadcast,
            hint="initial broadcast is missing"),
@@ -259,4 +291,12 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("ddp_and_zero", ("communication",), ddp_and_zero, hint="reduced twice"),
     Mutant("unmatched_recv", ("communication", "no_deadlock"), unmatched_recv,
            hint="blocked in recv(src=1)"),
+    # the work itself: each rank's share of the batch, reductions, gradients per step
+    Mutant("whole_batch", ("communication",), whole_batch, hint="whole global batch"),
+    Mutant("whole_batch_no_reduction", ("communication",), whole_batch_no_reduction,
+           hint="never reduced"),
+    Mutant("allreduce_then_slice", ("communication",), allreduce_then_slice,
+           hint="all-reduce where a reduce-scatter suffices"),
+    Mutant("grads_never_cleared", ("byte_exact_resume", "rollback"), grads_never_cleared,
+           hint="gradients accumulate across steps"),
 ]}

@@ -14,12 +14,17 @@ What it records, and from where:
   ranks, dtypes, element counts, the submission's call site), before and after it runs;
 - `fr`: torch's own Flight Recorder at exit and at `destroy_process_group` (the only record
   of collectives that no Python function issues, such as DDP's gradient all-reduce);
-- `bw`: each `torch.autograd.backward` (one per micro-batch: the training steps' clock);
+- `bw`: each `torch.autograd.backward` (one per micro-batch: the training steps' clock),
+  with the work it is the backward of: the tokens that entered the model and the targets
+  its loss covers, read from the autograd graph (the index tensors of embedding lookups,
+  the loss's target), whatever modules or functions built it;
 - `mem`: the tensor storages alive at two backward calls, and those alive at both;
 - on SIGUSR1 (sent by the runner to a hung run) `faulthandler` dumps every thread's stack.
 
-It must not change what a run computes: it reads tensors' sizes and storages, never their
-values, and it keeps no tensor alive (storages are held by weak reference only).
+It must not change what a run computes: it reads tensors' sizes and storages, and the bytes
+of data a rank sends by hand (all-to-all, sends) to fingerprint them (a piece forwarded or sent
+to many peers is counted once); it never writes a tensor and keeps none alive (storages and
+receive buffers are held by weak reference only).
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ class _Observer:
         self.mem_at = tuple(int(x) for x in
                             os.environ.get("CAPSTONE_OBSERVE_MEM", "3,6").split(","))
         self.first_snapshot: dict[int, tuple[object, int]] | None = None
+        self.step_data: set[int] = set()  # fingerprints sent or received since the backward
+        self.pending: list[Any] = []  # weak references to receive buffers not read yet
         import threading
 
         self.local = threading.local()
@@ -72,6 +79,7 @@ class _Observer:
                           os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.calls = self.backwards = 0
         self.rank, self.first_snapshot = None, None
+        self.step_data, self.pending = set(), []
         self.emit({"ev": "hello", "pid": self.pid, "ppid": os.getppid(),
                    "argv": list(getattr(sys, "orig_argv", sys.argv))[:8],
                    "t": time.time_ns()})
@@ -125,7 +133,10 @@ class _Observer:
                         import inspect
 
                         signature.append(inspect.signature(fn))
-                    record = _describe(op, signature[0], args, kwargs)
+                    bound = signature[0].bind_partial(*args, **kwargs).arguments
+                    record = _describe(op, bound)
+                    if op in _BY_HAND:
+                        record["fresh"] = self.fresh(op, bound)
                 except Exception as e:  # never let the observer break the call
                     record = {"op": op, "describe_error": repr(e)[:200]}
                 record.update(ev="call", i=index, site=_call_site(), t0=time.time_ns())
@@ -137,10 +148,55 @@ class _Observer:
                                "error": type(e).__name__})
                     raise
                 self.emit({"ev": "end", "i": index, "t1": time.time_ns()})
+                if op in ("recv", "irecv", "batch_isend_irecv"):
+                    self.received(op, args, kwargs)
                 return result
             finally:
                 self.local.depth = 0
         return observed
+
+    def fresh(self, op: str, bound: dict[str, Any]) -> int:
+        """Elements of data this call sends that the rank had not sent or received since its
+        last backward: for an all-to-all, its chunks for the other ranks, identical ones once;
+        for sends, what is not forwarded. Reductions written by hand send fresh data."""
+        for ref in self.pending:  # receives completed by now (a send follows their wait)
+            t = ref()
+            if t is not None:
+                self.step_data.add(_fingerprint(t))
+        self.pending = []
+        if op == "all_to_all_single":
+            chunks = _chunks(bound.get("input"), bound.get("input_split_sizes"))
+        elif op == "all_to_all":
+            chunks = list(bound.get("input_tensor_list") or [])
+        elif op == "batch_isend_irecv":
+            chunks = [o.tensor for o in bound.get("p2p_op_list") or []
+                      if getattr(o.op, "__name__", "") == "isend"]
+        else:
+            chunks = [bound.get("tensor")]
+        own = None
+        if op.startswith("all_to_all"):  # its own chunk stays: this rank's place in the group
+            import torch.distributed as dist
+
+            own = dist.get_rank(bound.get("group"))
+        total = 0
+        for j, t in enumerate(chunks):
+            if t is None or j == own or not t.numel():
+                continue
+            key = _fingerprint(t)
+            if key not in self.step_data:
+                self.step_data.add(key)
+                total += t.numel()
+        return total
+
+    def received(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        import weakref
+
+        if op == "batch_isend_irecv":
+            ops = args[0] if args else kwargs.get("p2p_op_list") or []
+            buffers = [o.tensor for o in ops if getattr(o.op, "__name__", "") == "irecv"]
+        else:
+            buffers = [args[0] if args else kwargs.get("tensor")]
+        self.pending += [weakref.ref(t) for t in buffers if t is not None]
 
     def _init(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         import functools
@@ -200,7 +256,13 @@ class _Observer:
         @functools.wraps(fn)
         def observed(*args: Any, **kwargs: Any) -> Any:
             self.backwards += 1
-            self.emit({"ev": "bw", "n": self.backwards, "t": time.time_ns()})
+            self.step_data, self.pending = set(), []
+            record = {"ev": "bw", "n": self.backwards, "t": time.time_ns()}
+            try:
+                record.update(_work(args[0] if args else kwargs.get("tensors")))
+            except Exception as e:
+                record["work_error"] = repr(e)[:200]
+            self.emit(record)
             if self.backwards in self.mem_at:
                 try:
                     self._snapshot()
@@ -259,14 +321,18 @@ def _tensors(value: object) -> list[Any]:
     return []
 
 
-def _describe(op: str, signature: Any, args: tuple[Any, ...],
-              kwargs: dict[str, Any]) -> dict[str, Any]:
+def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
     """op, group, dtypes and element counts of one call, from its bound arguments."""
     import torch.distributed as dist
 
-    bound = signature.bind_partial(*args, **kwargs).arguments
     ins, outs, dtypes = 0, 0, []
     for name, value in bound.items():
+        if name == "p2p_op_list":  # batch_isend_irecv: sends in, receives out
+            for o in value or []:
+                sent = getattr(o.op, "__name__", "") == "isend"
+                ins, outs = ins + sent * o.tensor.numel(), outs + (not sent) * o.tensor.numel()
+                dtypes.append(str(o.tensor.dtype).removeprefix("torch."))
+            continue
         tensors = _tensors(value)
         n = sum(t.numel() for t in tensors)
         if name.startswith("output") or name in ("gather_list",):
@@ -286,6 +352,54 @@ def _describe(op: str, signature: Any, args: tuple[Any, ...],
         if bound.get(key) is not None:
             record["peer"] = f"{key}={bound[key]}"
     return record
+
+
+_BY_HAND = ("all_to_all", "all_to_all_single", "send", "isend", "batch_isend_irecv")
+_INDEX_NODES = ("EmbeddingBackward", "IndexBackward", "NllLossBackward", "NllLoss2DBackward",
+                "GatherBackward", "EmbeddingBagBackward")
+_INDEX_FIELDS = ("_saved_indices", "_saved_target", "_saved_index", "_saved_offsets")
+
+
+def _fingerprint(t: Any) -> int:
+    """A checksum of a tensor's bytes (read, never written)."""
+    import zlib
+
+    import torch
+
+    data = t.detach().reshape(-1).contiguous().view(torch.uint8).numpy()
+    return zlib.crc32(memoryview(data)) ^ (t.numel() << 32)
+
+
+def _chunks(t: Any, splits: Any) -> list[Any]:
+    if t is None:
+        return []
+    import torch.distributed as dist
+
+    n = dist.get_world_size()
+    sizes = list(splits) if splits else [t.size(0) // n] * n
+    return list(t.split(sizes)) if sum(sizes) == t.size(0) else []
+
+
+def _work(roots: Any) -> dict[str, int]:
+    """The tokens this backward's forward consumed: the largest integer index tensor in its
+    autograd graph (embedding lookups' indices, the loss's targets), and its rows."""
+    tokens, rows = 0, 0
+    stack = [t.grad_fn for t in _tensors(roots) if t.grad_fn is not None]
+    seen: set[int] = set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if type(fn).__name__.startswith(_INDEX_NODES):
+            for field in _INDEX_FIELDS:
+                for idx in _tensors(getattr(fn, field, None)):
+                    if idx.is_floating_point() or idx.numel() < tokens:
+                        continue
+                    if idx.numel() > tokens or idx.dim() > 1:
+                        tokens, rows = idx.numel(), idx.size(0) if idx.dim() > 1 else rows
+        stack += [nxt for nxt, _ in fn.next_functions]
+    return {"tokens": tokens, "rows": rows} if tokens else {}
 
 
 def _call_site() -> str:
