@@ -185,7 +185,7 @@ def _communication(vs: list[Violation], n: int) -> list[str]:
         elif "elements sent per step" in str(v.expected):
             # the check names the calls it saw and what they amount to: that is the hint
             found.append(v.message.split("; per step:")[0] or TOO_MUCH)
-        elif "rows per step" in str(v.expected):  # says what the ranks computed on
+        elif str(v.expected).endswith("tokens) per step"):  # what the ranks computed on
             found.append(v.message)
         elif "never reduced" in v.message:
             found.append(NEVER_REDUCED)

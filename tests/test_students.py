@@ -1,0 +1,43 @@
+"""Independent submissions (tests/students/): a correct program written another way than the
+reference passes every check, and each mistake students make is caught by its target with a
+hint that names it. Not selected by `-k invariant`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.diagnosis import diagnose
+from tests.harness.matrix import CHECKS, evaluate
+from tests.harness.violations import summarize
+
+STUDENT = Path(__file__).resolve().parent / "students" / "zero1.py"
+pytestmark = pytest.mark.fault
+
+
+def student(mistake: str | None = None) -> tuple[str, ...]:
+    return (sys.executable, str(STUDENT), *([mistake] if mistake else []))
+
+
+def test_an_independent_correct_submission_passes_every_check(reference_only, run_cache):
+    found = evaluate(lambda spec: run_cache.get(student(), spec), tuple(CHECKS))
+    broken = {k: v for k, v in found.items() if v}
+    assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
+
+
+@pytest.mark.parametrize("mistake, targets, hint", [
+    ("whole_batch", ("communication",), "every rank trained on the whole global batch of 16"),
+    ("whole_batch_no_reduction", ("communication",), "never reduced across ranks"),
+    ("allreduce_then_slice", ("communication",), "all-reduce where a reduce-scatter suffices"),
+    ("grads_never_cleared", ("byte_exact_resume",), "gradients accumulate"),
+], ids=["whole_batch", "whole_batch_no_reduction", "allreduce_then_slice",
+        "grads_never_cleared"])
+def test_an_independent_mistake_is_caught_and_named(reference_only, run_cache, mistake,
+                                                     targets, hint):
+    found = evaluate(lambda spec: run_cache.get(student(mistake), spec), targets)
+    for target in targets:
+        assert found[target], f"{mistake} was not caught by {target}"
+    hints = [h for t in targets for h in diagnose(t, found[t])]
+    assert any(hint in h for h in hints), f"{mistake}: {hint!r} not in {hints}"
