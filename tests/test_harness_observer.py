@@ -17,6 +17,7 @@ from tests.harness.checks import check_clean_exit, check_monotonic_loss
 from tests.harness.observed_checks import NOT_OBSERVED, check_genuine_ranks
 from tests.harness.runner import Watch
 from tests.harness.runs import BASE, RunCache, RunSpec
+from tests.harness.work_checks import check_data_parallel, check_reduced
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "hostile"
@@ -128,6 +129,7 @@ def test_tutorial_style_ranks_on_a_fixed_port_run_side_by_side(tmp_path):
         assert r.outcome.deadlock_s is None, r.outcome.reason()
         assert check_clean_exit(r) == [] and check_genuine_ranks(r) == []
         assert check_monotonic_loss(r) == []
+        assert check_data_parallel(r, 8) == [] and check_reduced(r) == []
 
 
 def test_without_namespaces_runs_fall_back_to_the_marker_scan_one_at_a_time(tmp_path):

@@ -14,6 +14,7 @@ from tests.harness.matrix import CHECKS, evaluate
 from tests.harness.violations import summarize
 
 STUDENT = Path(__file__).resolve().parent / "students" / "zero1.py"
+RING = Path(__file__).resolve().parent / "submissions" / "ring" / "main.py"
 pytestmark = pytest.mark.fault
 
 
@@ -21,8 +22,11 @@ def student(mistake: str | None = None) -> tuple[str, ...]:
     return (sys.executable, str(STUDENT), *([mistake] if mistake else []))
 
 
-def test_an_independent_correct_submission_passes_every_check(reference_only, run_cache):
-    found = evaluate(lambda spec: run_cache.get(student(), spec), tuple(CHECKS))
+@pytest.mark.parametrize("command", [student(), (sys.executable, str(RING))],
+                         ids=["functional-torch-adam", "rings-of-sends"])
+def test_a_correct_submission_written_another_way_passes_every_check(reference_only, run_cache,
+                                                                     command):
+    found = evaluate(lambda spec: run_cache.get(command, spec), tuple(CHECKS))
     broken = {k: v for k, v in found.items() if v}
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
 
