@@ -20,6 +20,7 @@ from tests.harness.observed_checks import (
 )
 from tests.harness.parse import ParsedRun
 from tests.harness.runner import Outcome
+from tests.harness.work_checks import CONTEXT, check_data_parallel, check_reduced
 
 SEC = 10**9
 
@@ -85,7 +86,7 @@ def test_an_extra_gradient_allreduce_is_named_with_both_call_sites(size, P, api)
     run = observed_run([rank_trace(r, size, list(step), P=P) for r in range(size)], size, 1, P)
     found = check_zero_traffic(run)
     assert len(found) == size
-    assert "gradients reduced twice" in found[0].message
+    assert "the gradient is reduced twice" in found[0].message
     assert "all_reduce at main.py:150" in found[0].message
     assert "main.py:158" in found[0].message
 
@@ -200,3 +201,76 @@ def test_where_blocked_groups_ranks_by_the_call_they_wait_in():
     text = where_blocked(Observation(Path("."), procs))
     assert text == ("rank 0 blocked in recv(src=1) at main.py:153; "
                     "ranks 1-3 in all_reduce #1 at main.py:160")
+
+
+def with_fresh(calls: list[Call], size: int, P: int) -> list[Call]:
+    """What the observer records for all-to-alls: a reduce-scatter by hand sends N-1 distinct
+    chunks; a gather by hand sends its one slice to everyone (counted once)."""
+    shard = -(-P // size)
+    for i, c in enumerate(c for c in calls if c.op == "all_to_all_single"):
+        c.fresh = (size - 1) * shard if i % 2 == 0 else shard
+    return calls
+
+
+def ring(size: int, P: int, t: int) -> list[Call]:
+    """ZeRO-1 as rings of sends: N-1 sends of fresh partial sums, then the own slice once and
+    N-2 forwards of slices received."""
+    shard = -(-P // size)
+    out = []
+    for k in range(size - 1):
+        out += [call("isend", shard, t0=t + k, peer="dst=1"), call("recv", shard, t0=t + k)]
+        out[-2].fresh = shard
+    for k in range(size - 1):
+        out += [call("isend", shard, t0=t + size + k, peer="dst=1"),
+                call("recv", shard, t0=t + size + k)]
+        out[-2].fresh = shard if k == 0 else 0
+    return out
+
+
+@given(size=st.integers(2, 8), P=st.integers(1_000, 1_000_000), steps=st.integers(1, 4),
+       api=st.sampled_from(["tensor", "lists", "all_to_all", "ring"]))
+def test_gradients_reduced_any_way_pass_and_gathering_alone_fails(size, P, steps, api):
+    def one(s: int) -> list[Call]:
+        if api == "ring":
+            return ring(size, P, 100 * s)
+        return with_fresh(zero_step(size, P, 100 * s, api), size, P)
+    run = observed_run([rank_trace(r, size, [c for s in range(steps) for c in one(s)], P=P)
+                        for r in range(size)], size, steps, P)
+    assert check_reduced(run) == []
+    if size == 2 and api in ("all_to_all", "ring"):
+        return  # at N = 2 a gather by hand sends as much fresh data as a reduction
+    gather_only = [[c for c in one(s) if not c.op.startswith("reduce_scatter")
+                    and not (c.op == "all_to_all_single" and c.t0 % 100 == 0)
+                    and not (api == "ring" and c.t0 % 100 < size)] for s in range(steps)]
+    run = observed_run([rank_trace(r, size, [c for cs in gather_only for c in cs], P=P)
+                        for r in range(size)], size, steps, P)
+    found = check_reduced(run)
+    assert len(found) == size and "never reduced" in found[0].message, found
+
+
+def test_an_allreduce_then_a_gather_is_named_for_what_it_is():
+    size, P = 4, 40_000
+    step = [call("all_reduce", P, site="main.py:40"), call("all_reduce", 2, site="main.py:44"),
+            call("all_gather_into_tensor", P // size, P, site="main.py:52")]
+    run = observed_run([rank_trace(r, size, list(step), P=P) for r in range(size)], size, 1, P)
+    [first, *_] = check_zero_traffic(run)
+    assert first.message.startswith("all-reduce where a reduce-scatter suffices: all_reduce at "
+                                    "main.py:40"), first.message
+    assert "all_gather_into_tensor at main.py:52" in first.message
+    assert check_reduced(run) == []  # it does reduce every gradient: too much, not too little
+
+
+@given(size=st.integers(2, 8), B=st.integers(1, 8), micro=st.sampled_from([1, 2]))
+def test_each_rank_must_compute_on_its_share_and_the_whole_batch_is_named(size, B, micro):
+    def trace(r: int, rows: int) -> ProcessTrace:
+        p = rank_trace(r, size, [])
+        p.work = [{"tokens": rows * CONTEXT // micro}] * (3 * micro)
+        return p
+    share = observed_run([trace(r, B) for r in range(size)], size, 3)
+    assert check_data_parallel(share, B) == []
+    whole = observed_run([trace(r, size * B) for r in range(size)], size, 3)
+    found = check_data_parallel(whole, B)
+    assert len(found) == size and found[0].step == 1
+    assert f"whole global batch of {size * B} rows" in found[0].message
+    unseen = observed_run([rank_trace(r, size, []) for r in range(size)], size, 3)
+    assert check_data_parallel(unseen, B) == []  # no token count seen: not charged

@@ -102,10 +102,11 @@ def check_reduced(run: Run) -> list[Violation]:
     obs, out = observation_of(run, INV)
     if obs is None or run.world_size == 1:
         return out
-    P = params_of(run)
-    if P is None:
-        return out
     out += missing_ranks(run, obs, "measure")
+    P = params_of(run)
+    if P is None:  # nothing to measure against: reported, never passed vacuously
+        return [*out, Violation(INV, None, None, "P", "unknown",
+                                "no parameters observed and no summary.json")]
     n = run.world_size
     need = (n - 1) / n * P
     for r, by_site in reduced_per_step(run).items():
