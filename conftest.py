@@ -18,7 +18,7 @@ from tests.harness.diagnosis import diagnose
 from tests.harness.grading import LIKELY, NOT_GRADED
 from tests.harness.plugin import SuiteReport, suite_seed
 from tests.harness.runner import Watch
-from tests.harness.runs import RunCache, RunSpec
+from tests.harness.runs import RunCache, RunSpec, timeline_of
 from tests.harness.violations import Violation, summarize
 
 ROOT = Path(__file__).resolve().parent
@@ -92,28 +92,42 @@ def run_cache(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFact
                     seed=suite_seed())
 
 
-@pytest.fixture(scope="session")
-def run(run_cache: RunCache, impl: tuple[str, ...]) -> Callable[[RunSpec], Run]:
-    """`run(spec)`: the finished run of the implementation under test. A run the grading
-    machine killed twice (out of memory) is not graded: the test is skipped with the reason,
-    never failed."""
+RUNS_USED = pytest.StashKey[list[Run]]()
+
+
+@pytest.fixture
+def run(run_cache: RunCache, impl: tuple[str, ...], request: pytest.FixtureRequest
+        ) -> Callable[[RunSpec], Run]:
+    """`run(spec)`: the finished run of the implementation under test (remembered for the
+    test's failure report). A run the grading machine killed twice (out of memory) is not
+    graded: the test is skipped with the reason, never failed."""
+    used = request.node.stash.setdefault(RUNS_USED, [])
+
     def get(spec: RunSpec) -> Run:
         r = run_cache.get(impl, spec)
         if r.outcome.not_graded:
             pytest.skip(f"{NOT_GRADED}{spec.name} run: {r.outcome.not_graded}")
+        used.append(r)
         return r
     return get
 
 
 @pytest.fixture
-def holds(record_property: Callable[[str, object], None]
+def holds(record_property: Callable[[str, object], None], request: pytest.FixtureRequest
           ) -> Callable[[list[Violation], str, str], None]:
     """`holds(violations, what, detail="")`: fail with the located violations, their likely
-    causes and `detail` (e.g. each rank's stack), and record the first violation for the
-    session's invariant table and the grade file."""
+    causes, `detail` (e.g. each rank's stack) and the timelines of the runs the test read, and
+    record the first violation for the session's invariant table and the grade file."""
     def check(violations: list[Violation], what: str, detail: str = "") -> None:
         if violations:
             first = violations[0]
+            runs = list({id(r): r for r in request.node.stash.get(RUNS_USED, [])}.values())
+            timelines = {r.name: str(t) for r in runs if (t := timeline_of(r)) is not None}
+            if timelines:
+                record_property("timelines", json.dumps(timelines))
+                detail += "".join(f"\ntimeline of the {name} run: {path} (open it in "
+                                  "ui.perfetto.dev)" for name, path in timelines.items())
+                detail = detail.lstrip("\n")
             hints = diagnose(first.invariant, violations)
             record_property("first_violation", str(first))
             record_property("reason", f"{what}: {first}")

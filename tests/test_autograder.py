@@ -46,6 +46,7 @@ def test_the_zip_holds_what_gradescope_runs(autograder_zip, tmp_path):
     assert not any("mutants" in n or "capstone/" in n for n in names)  # the suite only
     setup = zipfile.ZipFile(autograder_zip).read("setup.sh").decode()
     assert "-c constraints.txt" in setup and all(p in setup for p in SUITE_PACKAGES)
+    assert "useradd --system" in setup and "capstone-run capstone-run1" in setup
     assert subprocess.run(["bash", "-n", "-c", setup]).returncode == 0
 
 
@@ -69,3 +70,19 @@ def test_a_broken_submission_gets_reasons_and_likely_causes(autograder_zip, tmp_
     assert "unrecognized arguments: --checkpoint-every" in \
         failed["test_invariant_no_deadlock.py"]
     assert any("\nlikely: " in out for out in failed.values())
+
+
+def test_bounds_that_cannot_fit_gradescopes_smallest_box_are_warned_about(tmp_path):
+    from tests.autograder import fit_warnings
+
+    assert fit_warnings(30, None) == []  # the defaults fit 768 MB and 10 minutes
+    [mem] = fit_warnings(30, 2048)
+    assert "--run-mem-mb 2048 cannot fit" in mem and "768 MB" in mem
+    [time_] = fit_warnings(60, None)
+    assert "over Gradescope's default 600 s" in time_
+    proc = subprocess.run([sys.executable, "-m", "tests.autograder", "--run-mem-mb", "2048",
+                           "--out", str(tmp_path / "a.zip")], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    assert "warning: --run-mem-mb 2048" in proc.stderr
+    config = json.loads(zipfile.ZipFile(tmp_path / "a.zip").read("autograder.json"))
+    assert config["run_mem_mb"] == 2048

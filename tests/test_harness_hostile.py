@@ -93,6 +93,9 @@ def test_grade_file_is_written_for_a_broken_submission(tmp_path, name, select, w
     assert results["tests"] and all(t["status"] == "failed" and t["score"] == 0
                                     for t in results["tests"])
     assert all(t["output"] and t["output"].splitlines()[0] for t in results["tests"])
+    named = [ln.split(": ", 1)[1].split(" (")[0] for t in results["tests"]
+             for ln in t["output"].splitlines() if ln.startswith("timeline of the ")]
+    assert named and all((tmp_path / n).is_file() for n in named), named  # kept beside it
     assert {"name", "score", "max_score", "status", "output", "visibility"} <= \
         set(results["tests"][0])
     assert "FAIL" in proc.stdout and "processes left behind by runs: 0" in proc.stdout

@@ -82,6 +82,8 @@ class SuiteReport:
         prev = self.outcomes.get(report.nodeid)
         if prev is None or prev["status"] == "passed":  # a failing teardown still fails it
             self.outcomes[report.nodeid] = {"status": status, "output": reason}
+            if "timelines" in props:
+                self.outcomes[report.nodeid]["timelines"] = json.loads(props["timelines"])
         module = _module(report.nodeid)
         if module.startswith(INVARIANT_PREFIX) and report.when == "call":
             self.invariants.setdefault(module.removeprefix(INVARIANT_PREFIX), []).append(
@@ -99,6 +101,7 @@ class SuiteReport:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         path = self.config.getoption("grade_json")
         if path:
+            keep_timelines(Path(path).parent / "timelines", self.outcomes)
             write_results(Path(path), self.collected, self.outcomes,
                           time.monotonic() - self.started, suite_seed(),
                           {"box": box.read_box().describe(), "containment": contain.mode()},
@@ -152,6 +155,23 @@ class SuiteReport:
         path = self.config.getoption("grade_json")
         if path:
             tr.write_line(f"grade file written: {path} (suite seed {suite_seed()})")
+
+
+def keep_timelines(folder: Path, outcomes: dict[str, dict[str, Any]]) -> None:
+    """Copy the timelines that failed tests name next to the grade file (the runs' own
+    directories are temporary), and name them there, relative to the grade file."""
+    import re
+    import shutil
+
+    for nodeid, o in outcomes.items():
+        for run, src in (o.get("timelines") or {}).items():
+            if not Path(src).is_file():
+                continue
+            test = re.sub(r"[^\w.-]+", "-", nodeid.rsplit("/", 1)[-1])[:80]
+            dest = folder / f"{test}-{run}.json"
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+            o["output"] = o["output"].replace(src, f"{folder.name}/{dest.name}")
 
 
 def _kill_leftovers() -> list[int]:

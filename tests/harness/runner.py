@@ -72,6 +72,7 @@ class Outcome:
     oom_kills: int = 0  # OOM kills the kernel counted while the run was alive
     earlier: list[str] = field(default_factory=list)  # how attempts the box spoiled ended
     not_graded: str = ""  # the box failed this run twice: why it is not graded
+    ended_ns: int = 0  # wall clock (time.time_ns) when the run ended or was stopped
 
     def save(self, path: Path) -> None:
         """Atomically, and never through a link a run may have planted at `path`."""
@@ -289,6 +290,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                 break
             time.sleep(min(watch.poll_s, max(0.0, deadline - now)))
         # The leader is done (or stopped): whatever else carries the token goes too.
+        ended_ns = time.time_ns()
         stopped = timed_out or deadlock_s is not None
         survivors = [] if stopped else processes_with_token(token)
         if user is not None and not stopped:
@@ -308,5 +310,5 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     return Outcome(list(argv), str(out), None if stopped else proc.returncode, timed_out, wall,
                    _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
                    deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox,
-                   round(peak, 1), ooms)
+                   round(peak, 1), ooms, ended_ns=ended_ns)
 

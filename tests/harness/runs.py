@@ -22,6 +22,9 @@ from tests.harness.checks import Run
 from tests.harness.observe import load_observation
 from tests.harness.parse import parse_run
 from tests.harness.runner import Outcome, Watch, run_command
+from tests.harness.timeline import write_trace
+
+TIMELINE = "timeline.json"  # every observed run's, beside its outcome
 
 
 @dataclass(frozen=True)
@@ -139,10 +142,22 @@ class RunCache:
                         outcome.not_graded = out_of_memory(max(spoiled.peak_mb,
                                                                outcome.peak_mb))
                 outcome.save(done)
-        outcome = Outcome.load(done)
+                run = self._load(spec, d, outcome)
+                if run.observed is not None:
+                    write_trace(run, d / TIMELINE)
+                return run
+        return self._load(spec, d, Outcome.load(done))
+
+    def _load(self, spec: RunSpec, d: Path, outcome: Outcome) -> Run:
         observed = load_observation(Path(outcome.observe_dir)) if outcome.observe_dir else None
         return Run(spec.name, spec.steps, spec.world_size, outcome,
                    parse_run(d / "out", spec.world_size), observed)
+
+
+def timeline_of(run: Run) -> Path | None:
+    """The run's timeline (Chrome trace JSON), where the run cache wrote one."""
+    path = Path(run.outcome.out).parent / TIMELINE
+    return path if path.is_file() else None
 
 
 def out_of_memory(peak_mb: float) -> str:
