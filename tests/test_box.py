@@ -10,9 +10,12 @@ read-only cgroup file system, as in most Docker graders themselves)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -135,6 +138,15 @@ def autograder_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture
+def outside_pytest_tmp() -> Iterator[Path]:
+    """A folder for a rehearsal's /autograder outside pytest's temporary root, whose mode every
+    new pytest session resets to 0700 (closing it to the run user), as /autograder is."""
+    d = Path(tempfile.mkdtemp(prefix="capstone-rehearsal-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def _verdicts(results: dict) -> dict[str, str]:
     """module -> passed/failed/not graded, from a results.json."""
     out: dict[str, str] = {}
@@ -148,9 +160,9 @@ def _verdicts(results: dict) -> dict[str, str]:
 
 @pytest.mark.box
 @pytest.mark.parametrize("no_unshare", [False, True], ids=["namespaces", "unshare-refused"])
-def test_the_reference_grades_100_in_gradescopes_default_box(autograder_zip, tmp_path,
-                                                             no_unshare):
-    results, wall, _ = rehearse(autograder_zip, SUBMISSIONS / "reference", tmp_path,
+def test_the_reference_grades_100_in_gradescopes_default_box(autograder_zip,
+                                                             outside_pytest_tmp, no_unshare):
+    results, wall, _ = rehearse(autograder_zip, SUBMISSIONS / "reference", outside_pytest_tmp,
                                 *GRADESCOPE, no_unshare=no_unshare)
     assert results["score"] == 100, [t["output"] for t in results["tests"]
                                      if t.get("status") != "passed"]
@@ -161,9 +173,11 @@ def test_the_reference_grades_100_in_gradescopes_default_box(autograder_zip, tmp
 
 
 @pytest.mark.box
-def test_a_mistake_is_graded_in_the_box_as_on_a_big_machine(autograder_zip, tmp_path):
-    big, _, _ = rehearse(autograder_zip, SUBMISSIONS / "no_broadcast", tmp_path / "big")
-    small, wall, _ = rehearse(autograder_zip, SUBMISSIONS / "no_broadcast", tmp_path / "box",
+def test_a_mistake_is_graded_in_the_box_as_on_a_big_machine(autograder_zip,
+                                                            outside_pytest_tmp):
+    big, _, _ = rehearse(autograder_zip, SUBMISSIONS / "no_broadcast", outside_pytest_tmp / "big")
+    small, wall, _ = rehearse(autograder_zip, SUBMISSIONS / "no_broadcast",
+                              outside_pytest_tmp / "box",
                               *GRADESCOPE, no_unshare=True)
     assert _verdicts(small) == _verdicts(big) and small["score"] == big["score"] < 100
     hints = "\n".join(t["output"] for t in small["tests"])

@@ -163,6 +163,28 @@ def why_not_user() -> str:
     return ""
 
 
+USER_RUNS = Path("/tmp/capstone-runs")  # run directories under the run-user containment
+
+
+def user_root(root: Path) -> Path:
+    """Where a run cache at `root` keeps its runs under the run-user containment: below
+    USER_RUNS (root's, mode 0711), not below pytest's temporary root, whose mode every new
+    pytest session resets to 0700 (closing it to the run user mid-session). Named by this
+    suite session, which removes its own at its end (`remove_user_roots`)."""
+    import hashlib
+
+    USER_RUNS.mkdir(mode=0o711, exist_ok=True)
+    USER_RUNS.chmod(0o711)
+    session = os.environ.get("CAPSTONE_SUITE_SESSION", "nosession")
+    digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+    return USER_RUNS / f"{session}-{digest}"
+
+
+def remove_user_roots(session: str) -> None:
+    for d in USER_RUNS.glob(f"{session}-*") if USER_RUNS.is_dir() else []:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def _traversable(path: Path) -> None:
     """The execute bit for others on every directory above `path` (a way through: others
     still cannot list them or write there)."""

@@ -102,6 +102,8 @@ class SuiteReport:
         path = self.config.getoption("grade_json")
         if path:
             keep_timelines(Path(path).parent / "timelines", self.outcomes)
+        contain.remove_user_roots(os.environ.get(SESSION_VAR, "nosession"))
+        if path:
             write_results(Path(path), self.collected, self.outcomes,
                           time.monotonic() - self.started, suite_seed(),
                           {"box": box.read_box().describe(), "containment": contain.mode()},

@@ -78,12 +78,15 @@ class RunCache:
 
     def __init__(self, root: Path, timeout_s: float, cwd: Path, mem_bytes: int | None,
                  file_bytes: int | None, watch: Watch | None = None, seed: int = 0) -> None:
+        watch = watch or Watch()
+        if watch.contain and contain.mode() == contain.USER:
+            root = contain.user_root(root)
         self.root = root
         self.timeout_s = timeout_s
         self.cwd = cwd
         self.mem_bytes = mem_bytes
         self.file_bytes = file_bytes
-        self.watch = watch or Watch()
+        self.watch = watch
         self.seed = seed  # added to every run's seed: a grading session's own data and init
         root.mkdir(parents=True, exist_ok=True)
         self.budget = box.MemoryBudget(root, box.read_box().memory_mb * box.HEADROOM)
