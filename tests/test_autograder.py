@@ -51,8 +51,11 @@ def test_the_zip_holds_what_gradescope_runs(autograder_zip, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_reference_scores_100_with_a_fresh_seed(reference_only, autograder_zip, tmp_path):
-    results = run_autograder(unpack(autograder_zip, tmp_path, SUBMISSIONS / "reference"))
+def test_a_correct_submission_scores_100_with_a_fresh_seed(reference_only, autograder_zip,
+                                                           tmp_path):
+    """The ring submission: the reference's trainer with ZeRO-1's collectives written by hand
+    as rings of sends and receives (a correct program written another way)."""
+    results = run_autograder(unpack(autograder_zip, tmp_path, SUBMISSIONS / "ring"))
     assert results["score"] == sum(WEIGHTS.values()) == 100, [
         t["output"] for t in results["tests"] if t["status"] != "passed"]
     assert results["extra_data"]["suite_seed"] != 0  # not CI's seed: no answers to replay

@@ -46,6 +46,7 @@ from tests.harness.procfs import live_processes
 TOKEN_VAR = "CAPSTONE_SUITE_RUN"
 SESSION_VAR = "CAPSTONE_SUITE_SESSION"  # set per pytest session, inherited by xdist workers
 TAIL_BYTES = 4096
+MEMORY_SAMPLE_S = 1.0  # how often a run's memory is sampled
 
 
 @dataclass
@@ -273,9 +274,12 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         timed_out, alive, deadlock_s, blocked, dumps = False, [], None, "", ""
         deadline = t0 + timeout_s
         wrappers = contain.wrapper_pids(proc.pid) if mode == contain.NAMESPACES else set()
+        next_sample = t0 + MEMORY_SAMPLE_S / 2
         while proc.poll() is None:
-            peak = max(peak, held_mb(proc.pid, wrappers, user[0] if user else None))
             now = time.monotonic()
+            if now >= next_sample:  # reading PSS walks the processes' page tables: not often
+                peak = max(peak, held_mb(proc.pid, wrappers, user[0] if user else None))
+                next_sample = now + MEMORY_SAMPLE_S
             obs = load_observation(observe_dir) if observe_dir is not None else None
             stuck = deadlocked(obs, time.time_ns(), watch.hang_after_s) \
                 if obs is not None and watch.hang_after_s > 0 else None
