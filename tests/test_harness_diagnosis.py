@@ -3,10 +3,15 @@ are the patterns no mutant of the catalogue produces, and the ordering of severa
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from tests.harness.checks import Run
 from tests.harness.diagnosis import (
+    ACCUMULATE,
     BROADCAST,
     LOCAL_GUARD,
     NO_ROLLBACK,
+    NOT_RECOVERED,
     ROWS,
     SUMMED,
     UPDATE,
@@ -42,3 +47,29 @@ def test_ranks_that_roll_back_differently_decided_on_local_values():
     assert diagnose("rollback", [rollback(1), rollback(2), rollback(3)], 4) == [LOCAL_GUARD]
     assert diagnose("rollback", [rollback(r) for r in range(4)], 4) == [NO_ROLLBACK]
     assert diagnose("rollback", [], 4) == []
+
+
+def test_a_rollback_that_did_not_cure_the_run_says_what_was_seen():
+    ended = Violation("rollback", None, 12, "exit code 0 after the rollback",
+                      "exit code 1: rank 0: diverged at step 12, giving up")
+    [hint] = diagnose("rollback", [ended], 4)
+    assert hint.startswith(NOT_RECOVERED) and "giving up" in hint
+
+
+def test_gradients_that_accumulate_are_named_before_a_guess_about_moments():
+    from tests.harness.checks import _accumulating
+    from tests.harness.parse import ParsedRun
+    from tests.harness.runner import Outcome
+
+    def run(norms: dict[int, float]) -> Run:
+        parsed = ParsedRun(Path("."), 1)
+        parsed.records = {0: {s: {"step": s, "grad_norm": g} for s, g in norms.items()}}
+        return Run("r", 20, 1, Outcome([], ".", 0, False, 0.0), parsed)
+    growing = run({s: 0.5 * s for s in range(1, 21)})
+    assert _accumulating("byte_exact_resume", growing, run({11: 0.6}), 11, "resumed run")
+    assert not _accumulating("byte_exact_resume", growing, run({11: 5.4}), 11, "resumed run")
+    flat = run({s: 0.5 for s in range(1, 21)})  # no growth: nothing said about accumulation
+    assert not _accumulating("byte_exact_resume", flat, run({11: 0.1}), 11, "resumed run")
+    moments = Violation("byte_exact_resume", 0, 11, "grad_norm 5.5 (the original run)", 0.6,
+                        "gradients accumulate across steps: ...")
+    assert diagnose("byte_exact_resume", [moments])[0] == ACCUMULATE

@@ -297,6 +297,6 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            hint="never reduced"),
     Mutant("allreduce_then_slice", ("communication",), allreduce_then_slice,
            hint="all-reduce where a reduce-scatter suffices"),
-    Mutant("grads_never_cleared", ("byte_exact_resume", "rollback"), grads_never_cleared,
+    Mutant("grads_never_cleared", ("byte_exact_resume",), grads_never_cleared,
            hint="gradients accumulate across steps"),
 ]}
