@@ -16,9 +16,10 @@ from tests.harness import box
 from tests.harness.checks import Run
 from tests.harness.diagnosis import diagnose
 from tests.harness.grading import LIKELY, NOT_GRADED
+from tests.harness.pictures import KINDS, as_text, facts
 from tests.harness.plugin import SuiteReport, suite_seed
 from tests.harness.runner import Watch
-from tests.harness.runs import RunCache, RunSpec, timeline_of
+from tests.harness.runs import SINGLE, RunCache, RunSpec, timeline_of
 from tests.harness.violations import Violation, summarize
 
 ROOT = Path(__file__).resolve().parent
@@ -118,6 +119,12 @@ def holds(record_property: Callable[[str, object], None], request: pytest.Fixtur
     """`holds(violations, what, detail="")`: fail with the located violations, their likely
     causes, `detail` (e.g. each rank's stack) and the timelines of the runs the test read, and
     record the first violation for the session's invariant table and the grade file."""
+    def _picture(invariant: str, runs: list[Run], violations: list[Violation]
+                 ) -> dict[str, object] | None:
+        if KINDS.get(invariant) == "curves" and all(r.world_size > 1 for r in runs):
+            runs = [*runs, request.getfixturevalue("run")(SINGLE)]  # what it is compared to
+        return facts(invariant, runs, violations)
+
     def check(violations: list[Violation], what: str, detail: str = "") -> None:
         if violations:
             first = violations[0]
@@ -128,6 +135,10 @@ def holds(record_property: Callable[[str, object], None], request: pytest.Fixtur
                 detail += "".join(f"\ntimeline of the {name} run: {path} (open it in "
                                   "ui.perfetto.dev)" for name, path in timelines.items())
                 detail = detail.lstrip("\n")
+            picture = _picture(first.invariant, runs, violations)
+            if picture is not None:
+                record_property("picture", json.dumps(picture))
+                detail = f"{as_text(picture)}\n{detail}".rstrip("\n")
             hints = diagnose(first.invariant, violations)
             record_property("first_violation", str(first))
             record_property("reason", f"{what}: {first}")

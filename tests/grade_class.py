@@ -10,7 +10,8 @@ grades/students/NAME to regrade one). It writes:
 
 - grades/grades.csv: student, score, points per invariant, first violation;
 - grades/feedback/NAME.md: per invariant, the verdict, the first violation and its likely
-  causes in the lesson's terms;
+  causes in the lesson's terms; for each failed invariant a picture of what the runs did and
+  the timelines of its runs (Chrome trace JSON, for Perfetto) in grades/feedback/NAME/;
 - grades/summary.md and summary.png: how many students fail each invariant;
 - grades/students/NAME/: that student's results.json and the session's log.
 
@@ -32,7 +33,7 @@ from typing import Any
 from tqdm import tqdm
 
 from tests.harness import contain
-from tests.harness.class_report import feedback, write_csv, write_summary
+from tests.harness.class_report import write_csv, write_feedback, write_summary
 from tests.harness.session import Grading, grade
 
 
@@ -86,7 +87,7 @@ def grade_class(submissions: Path, out: Path, g: Grading, jobs: int = 1,
     bar.close()
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     for name, results in grades.items():
-        (out / "feedback" / f"{name}.md").write_text(feedback(name, results))
+        write_feedback(out, name, results, out / "students" / name)
     write_csv(out / "grades.csv", grades)
     write_summary(out, grades)
     return grades

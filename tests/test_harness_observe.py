@@ -44,6 +44,9 @@ def observed_run(processes: list[ProcessTrace], size: int, steps: int = 1,
                  P: int | None = None) -> Run:
     parsed = ParsedRun(out=Path("."), world_size=size,
                        summary={"n_params": P} if P else None)
+    for p in processes:  # one backward call per step (the calls are counted from the first)
+        if p.backwards and len(p.backwards) < steps:
+            p.backwards = p.backwards * steps
     return Run("synthetic", steps, size, Outcome([], ".", 0, False, 0.0), parsed,
                Observation(Path("."), processes))
 

@@ -4,12 +4,14 @@ student, and a summary (Markdown and a picture) of how many students fail each i
 from __future__ import annotations
 
 import csv
+import itertools
 import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from tests.harness.grading import LIKELY, NOT_GRADED, WEIGHTS, graded_name
+from tests.harness.pictures import render
 
 INVARIANTS = tuple(WEIGHTS)
 # The order a student should read failures in: how the run ended and what the ranks did first
@@ -68,10 +70,13 @@ def write_csv(path: Path, grades: dict[str, dict[str, Any]]) -> None:
                         first, spoiled])
 
 
-def feedback(student: str, results: dict[str, Any]) -> str:
+def feedback(student: str, results: dict[str, Any], pictures: dict[str, str] | None = None,
+             timelines: dict[str, list[str]] | None = None) -> str:
     """One student's feedback: per invariant, the verdict, the first violation and the likely
-    causes (most likely first), in the lesson's terms."""
+    causes (most likely first), in the lesson's terms; for a failed invariant its picture and
+    the timelines of its runs (paths relative to the feedback file)."""
     inv = per_invariant(results)
+    pictures, timelines = pictures or {}, timelines or {}
     lines = [f"# {student}: {results.get('score', 0):.4g} / 100", "",
              str(results.get("output", "")), ""]
     for name in sorted(inv, key=lambda k: (inv[k]["passed"], _order(k))):
@@ -87,18 +92,92 @@ def feedback(student: str, results: dict[str, Any]) -> str:
             if row["likely"]:
                 lines += ["", "What it most likely means:"]
                 lines += [f"{i}. {cause}" for i, cause in enumerate(row["likely"], 1)]
+            if name in pictures:
+                lines += ["", f"![{name}: what the runs did]({pictures[name]})"]
+            if timelines.get(name):
+                lines += ["", "Every rank's timeline (open it in https://ui.perfetto.dev or "
+                          "chrome://tracing): " + ", ".join(f"[{Path(t).name}]({t})"
+                                                            for t in timelines[name])]
         lines.append("")
     return "\n".join(lines)
 
 
+def failed_pictures(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """invariant -> the facts of its first failed test's picture (from the grade file)."""
+    specs = results.get("extra_data", {}).get("pictures", {})
+    out: dict[str, dict[str, Any]] = {}
+    for t in results.get("tests", []):
+        name = graded_name(t["name"])
+        if name and name not in out and t.get("status") == "failed" and t["name"] in specs:
+            out[name] = specs[t["name"]]
+    return out
+
+
+def failed_timelines(results: dict[str, Any]) -> dict[str, list[str]]:
+    """invariant -> the timelines its failed tests name (relative to the grade file)."""
+    out: dict[str, list[str]] = {}
+    for t in results.get("tests", []):
+        name = graded_name(t["name"])
+        if not name or t.get("status") != "failed":
+            continue
+        for line in str(t.get("output", "")).splitlines():
+            if line.startswith("timeline of the ") and ": " in line:
+                path = line.split(": ", 1)[1].split(" (open")[0]
+                if path not in out.setdefault(name, []):
+                    out[name].append(path)
+    return out
+
+
+def write_feedback(out: Path, student: str, results: dict[str, Any], graded: Path) -> Path:
+    """grades/feedback/STUDENT.md, with a picture per failed invariant and the timelines of
+    its runs in grades/feedback/STUDENT/ (`graded`: the student's grade-file folder)."""
+    import shutil
+
+    folder = out / "feedback" / student
+    shutil.rmtree(folder, ignore_errors=True)
+    shown: dict[str, str] = {}
+    for name, spec in failed_pictures(results).items():
+        try:
+            render(spec, folder / f"{name}.png", f"{student}: {name}")
+        except ImportError:  # no matplotlib: the text facts are in the grade file
+            break
+        shown[name] = f"{student}/{name}.png"
+    kept: dict[str, list[str]] = {}
+    for name, paths in failed_timelines(results).items():
+        for rel in paths:
+            if (graded / rel).is_file():
+                folder.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(graded / rel, folder / Path(rel).name)
+                kept.setdefault(name, []).append(f"{student}/{Path(rel).name}")
+    path = out / "feedback" / f"{student}.md"
+    path.write_text(feedback(student, results, shown, kept))
+    return path
+
+
+SCORE_BINS = (0, 20, 40, 60, 80, 90, 100)  # the last bin is exactly 100
+
+
+def score_bins(scores: list[float]) -> list[tuple[str, int]]:
+    """How many students fall in each score range ("100" on its own)."""
+    out = []
+    for lo, hi in itertools.pairwise(SCORE_BINS):
+        out.append((f"{lo}-{hi}", sum(lo <= x < hi for x in scores)))
+    out.append(("100", sum(x >= 100 for x in scores)))
+    return out
+
+
 def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
-    """summary.md (and summary.png when matplotlib is there): failures per invariant."""
+    """summary.md (and summary.png when matplotlib is there): the distribution of scores,
+    and per invariant the students failing it with their most likely cause."""
     counts: Counter[str] = Counter({k: 0 for k in INVARIANTS})
     causes: dict[str, Counter[str]] = {k: Counter() for k in INVARIANTS}
-    for results in grades.values():
+    who: dict[str, list[str]] = {k: [] for k in INVARIANTS}
+    for student, results in sorted(grades.items()):
         for name, row in per_invariant(results).items():
             if not row["passed"]:
                 counts[name] += 1
+                cause = row["likely"][0] if row["likely"] else row["first"]
+                who.setdefault(name, []).append(f"{student} ({_short(cause, 90)})")
             if row["likely"]:
                 causes.setdefault(name, Counter())[row["likely"][0]] += 1
     scores = sorted(r.get("score", 0.0) for r in grades.values())
@@ -110,31 +189,45 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
                   f"machine): {', '.join(spoiled)}**", ""]
     lines += [f"Median score {statistics.median(scores):.4g}; "
               f"{sum(s >= 100 for s in scores)} at 100." if scores else "No students.", "",
-             "| invariant | students failing | most common likely cause |", "|---|---|---|"]
+              "| score | " + " | ".join(b for b, _ in score_bins(scores)) + " |",
+              "|---" * (len(SCORE_BINS) + 1) + "|",
+              "| students | " + " | ".join(str(n) for _, n in score_bins(scores)) + " |", "",
+              "| invariant | students failing | most common likely cause | who (their most "
+              "likely cause) |", "|---|---|---|---|"]
     for name in INVARIANTS:
         top = causes[name].most_common(1)
-        cause = top[0][0] if top else ""
-        cause = cause if len(cause) <= 160 else cause[:157] + "..."
-        lines.append(f"| {name} | {counts[name]} | {cause} |")
+        cause = _short(top[0][0], 160) if top else ""
+        lines.append(f"| {name} | {counts[name]} | {cause} | {'; '.join(who[name])} |")
     written = [out / "summary.md"]
     try:
-        written.append(_plot(out / "summary.png", counts, len(grades)))
-        lines += ["", "![students failing each invariant](summary.png)"]
+        written.append(_plot(out / "summary.png", counts, scores))
+        lines += ["", "![scores and the invariants the class fails](summary.png)"]
     except ImportError:
         lines += ["", "(no picture: install matplotlib, e.g. the project's [plot] extra)"]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     return written
 
 
-def _plot(path: Path, counts: Counter[str], students: int) -> Path:
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _plot(path: Path, counts: Counter[str], scores: list[float]) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    students = len(scores)
     names = list(INVARIANTS)[::-1]
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.2))
+    fig, (hist, ax) = plt.subplots(1, 2, figsize=(12, 0.45 * len(names) + 1.4))
+    bins = score_bins(scores)
+    hist.bar([b for b, _ in bins], [n for _, n in bins], color="#2980b9")
+    hist.yaxis.set_major_locator(MaxNLocator(integer=True))
+    hist.set_xlabel("score")
+    hist.set_ylabel("students")
+    hist.set_title(f"Scores (median {statistics.median(scores) if scores else 0:.4g})")
     bars = ax.barh(names, [counts[n] for n in names], color="#c0392b")
     ax.bar_label(bars, padding=3)
     ax.set_xlim(0, max(students, 1) * 1.1)

@@ -116,6 +116,9 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                "output": f"{banner}Graded with suite seed {suite_seed} (every run's data and "
                          "initial parameters are drawn from it)." + (f"\n{note}" if note else ""),
                "extra_data": {"suite_seed": suite_seed, "not_graded": sorted(not_graded),
+                              # what each failed test's picture shows (grade_class draws it)
+                              "pictures": {n: o["picture"] for n, o in outcomes.items()
+                                           if "picture" in o and n in collected},
                               **(extra or {})},
                "tests": tests}
     path.write_text(json.dumps(results, indent=2) + "\n")

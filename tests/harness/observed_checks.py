@@ -174,6 +174,12 @@ def training_calls(p: ProcessTrace) -> list[Call]:
     return [c for c in calls if start is not None and c.t0 >= start]
 
 
+def steps_taken(p: ProcessTrace, steps: int) -> int:
+    """Training steps the rank took (a run stopped early took fewer than asked): its backward
+    calls, at most `steps` (several micro-batches of a step count once)."""
+    return max(min(len(p.backwards), steps), 1)
+
+
 def params_of(run: Run) -> int | None:
     """P as observed (the elements of the model's nn.Parameters), else as the run reports."""
     obs = run.observed
@@ -191,9 +197,10 @@ def traffic_per_step(run: Run, in_bytes: bool = False) -> dict[int, dict[str, fl
     out: dict[int, dict[str, float]] = {}
     for r, p in sorted((obs.ranks() if obs else {}).items()):
         by_site: dict[str, float] = defaultdict(float)
+        taken = steps_taken(p, run.steps)
         for c in training_calls(p):
             size = ITEMSIZE.get(c.dtype.lower(), 1) if in_bytes else 1
-            by_site[f"{c.op} at {c.site}"] += sent_elements(c, run.world_size) * size / run.steps
+            by_site[f"{c.op} at {c.site}"] += sent_elements(c, run.world_size) * size / taken
         out[r] = dict(by_site)
     return out
 
@@ -245,7 +252,7 @@ def check_zero_traffic(run: Run) -> list[Violation]:
         if total > bound:
             top = sorted(by_site.items(), key=lambda kv: -kv[1])[:4]
             breakdown = ", ".join(f"{k}: {v:,.0f}" for k, v in top)
-            why = _diagnosis(ranks[r], r, n, P, run.steps)
+            why = _diagnosis(ranks[r], r, n, P, steps_taken(ranks[r], run.steps))
             out.append(Violation(INV, r, None,
                                  f"<= 2(N-1)/N·P = {2 * (n - 1) / n * P:,.0f} elements sent "
                                  "per step", f"{total:,.0f}", f"{why}; per step: {breakdown}"))

@@ -82,8 +82,9 @@ class SuiteReport:
         prev = self.outcomes.get(report.nodeid)
         if prev is None or prev["status"] == "passed":  # a failing teardown still fails it
             self.outcomes[report.nodeid] = {"status": status, "output": reason}
-            if "timelines" in props:
-                self.outcomes[report.nodeid]["timelines"] = json.loads(props["timelines"])
+            for key in ("timelines", "picture"):
+                if key in props:
+                    self.outcomes[report.nodeid][key] = json.loads(props[key])
         module = _module(report.nodeid)
         if module.startswith(INVARIANT_PREFIX) and report.when == "call":
             self.invariants.setdefault(module.removeprefix(INVARIANT_PREFIX), []).append(
@@ -165,12 +166,12 @@ def keep_timelines(folder: Path, outcomes: dict[str, dict[str, Any]]) -> None:
     import re
     import shutil
 
-    for nodeid, o in outcomes.items():
+    for o in outcomes.values():
         for run, src in (o.get("timelines") or {}).items():
             if not Path(src).is_file():
                 continue
-            test = re.sub(r"[^\w.-]+", "-", nodeid.rsplit("/", 1)[-1])[:80]
-            dest = folder / f"{test}-{run}.json"
+            name = re.sub(r"[^\w.-]+", "-", run)
+            dest = folder / f"{name}.json"  # once per run, whichever tests read it
             folder.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest)
             o["output"] = o["output"].replace(src, f"{folder.name}/{dest.name}")

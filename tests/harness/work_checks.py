@@ -27,6 +27,7 @@ from tests.harness.observed_checks import (
     observation_of,
     params_of,
     reduced_elements,
+    steps_taken,
     training_calls,
 )
 from tests.harness.violations import Violation
@@ -89,10 +90,11 @@ def reduced_per_step(run: Run) -> dict[int, dict[str, float]]:
     out: dict[int, dict[str, float]] = {}
     for r, p in sorted((obs.ranks() if obs else {}).items()):
         by_site: dict[str, float] = defaultdict(float)
+        taken = steps_taken(p, run.steps)
         for c in training_calls(p):
             v = reduced_elements(c, run.world_size, r)
             if v:
-                by_site[f"{c.op} at {c.site}"] += v / run.steps
+                by_site[f"{c.op} at {c.site}"] += v / taken
         out[r] = dict(by_site)
     return out
 
