@@ -61,7 +61,9 @@ def _timeline(run: Run) -> dict[str, Any]:
             "bound": 2 * (n - 1) / n * P if n > 1 else 0}
 
 
-def _curves(runs: list[Run]) -> dict[str, Any]:
+def _curves(runs: list[Run]) -> dict[str, Any] | None:
+    if not runs[0].parsed.records:
+        return None  # nothing logged to draw: the failure's words say why
     out: dict[str, Any] = {"kind": "curves", "runs": {}}
     for run in runs:
         out["runs"][f"{run.name} ({run.world_size} rank{'s' * (run.world_size > 1)})"] = {
@@ -70,12 +72,14 @@ def _curves(runs: list[Run]) -> dict[str, Any]:
     return out
 
 
-def _memory(runs: list[Run]) -> dict[str, Any]:
+def _memory(runs: list[Run]) -> dict[str, Any] | None:
     by_n = {r.world_size: r for r in runs}
     P = max((params_of(r) or 0 for r in runs), default=0)
     logged = {str(n): (r.parsed.records.get(0, {}).get(r.steps) or {}).get("optimizer_bytes")
               for n, r in sorted(by_n.items())}
     measured = {str(n): persistent_bytes(r) for n, r in sorted(by_n.items())}
+    if not any(logged.values()) and not any(v is not None for v in measured.values()):
+        return None
     return {"kind": "memory", "P": P, "logged": logged,
             "measured": {k: v for k, v in measured.items() if v is not None}}
 
@@ -138,14 +142,14 @@ def as_text(f: dict[str, Any], width: int = 100) -> str:
                          f"{f['logged'].get(n) or '-':>22}   {12 * f['P'] // int(n):>9,}")
     else:
         a, b = list(f["runs"])
-        lines.append(f"step  {'loss ' + a:>26}  {'loss ' + b:>26}  {'grad_norm ' + a:>24}  "
-                     f"{'grad_norm ' + b:>24}")
+        lines.append(f"step  {'loss ' + a[:9]:>14}  {'loss ' + b[:9]:>14}  "
+                     f"{'grad ' + a[:9]:>14}  {'grad ' + b[:9]:>14}")
         ra, rb = f["runs"][a], f["runs"][b]
         first = max((f["parted"] or 1) - 2, 0)
         for s in range(first, min(first + 6, len(ra["loss"]))):
             mark = "  <- parts" if s + 1 == f["parted"] else ""
-            lines.append(f"{s + 1:>4}  {_fmt(ra['loss'][s]):>26}  {_fmt(rb['loss'][s]):>26}  "
-                         f"{_fmt(ra['grad_norm'][s]):>24}  {_fmt(rb['grad_norm'][s]):>24}{mark}")
+            lines.append(f"{s + 1:>4}  {_fmt(ra['loss'][s]):>14}  {_fmt(rb['loss'][s]):>14}  "
+                         f"{_fmt(ra['grad_norm'][s]):>14}  {_fmt(rb['grad_norm'][s]):>14}{mark}")
     return "\n".join(ln[:width] for ln in lines[:40])
 
 
@@ -214,17 +218,22 @@ def _draw_curves(f: dict[str, Any], axes: Any) -> None:
 
 
 def _draw_memory(f: dict[str, Any], axes: Any) -> None:
+    """What each rank stops holding as N grows, against what ZeRO-1 sheds: 12P(1 - 1/N)."""
     ax, note = axes
     P = f["P"]
     ns = sorted({int(n) for n in [*f["logged"], *f["measured"]]})
-    ax.plot(ns, [12 * P / n for n in ns], "k--", label="12P/N")
+    ax.plot(ns, [12 * P * (1 - 1 / n) for n in ns], "k--", lw=2.5,
+            label="ZeRO-1 sheds 12P(1 - 1/N)")
     for key, style in (("logged", "o-"), ("measured", "s-")):
-        pts = [(int(n), v) for n, v in f[key].items() if v]
-        if pts:
-            ax.plot(*zip(*sorted(pts), strict=True), style, label=f"{key} bytes per rank")
+        values = {int(n): v for n, v in f[key].items() if v}
+        if 1 in values:
+            pts = sorted((n, values[1] - v) for n, v in values.items())
+            ax.plot(*zip(*pts, strict=True), style,
+                    label=f"{key}: bytes per rank below N = 1")
     ax.set_xlabel("N (ranks)")
     ax.set_xticks(ns)
-    ax.set_title("per-rank bytes over N", fontsize=9)
+    ax.set_ylabel("bytes")
+    ax.set_title("what each rank stops holding as N grows", fontsize=9)
     ax.legend(fontsize=7)
     note.axis("off")
     note.text(0, 0.5, as_text(f), family="monospace", fontsize=7, va="center")

@@ -1,0 +1,88 @@
+"""A picture for each failed invariant, from real runs of this session: the facts a failed
+test records, their text (what Gradescope shows), and grade_class's feedback page, which
+embeds one picture per failed invariant and none for a passing student."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.checks import check_parity, check_resume
+from tests.harness.class_report import write_feedback
+from tests.harness.matrix import CHECKS
+from tests.harness.observed_checks import check_measured_memory
+from tests.harness.pictures import as_text, facts, render
+from tests.harness.runner import Watch
+from tests.harness.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunCache
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER = ROOT / "tests" / "mutants" / "launch.py"
+
+
+def mutant(run_cache: RunCache, name: str, spec=BASE):
+    return run_cache.get((sys.executable, str(LAUNCHER), name), spec)
+
+
+@pytest.fixture
+def failures(reference_only, run_cache, run, tmp_path):
+    """invariant -> (facts, test id) for failures of the catalogue's mutants."""
+    deadlocked = RunCache(tmp_path / "dl", 60, ROOT, None, None,
+                          Watch(observe=True, hang_after_s=2, contain=True)).get(
+        (sys.executable, str(ROOT / "tests" / "hostile" / "deadlock.py")), BASE)
+    nb, single = mutant(run_cache, "no_broadcast"), run(SINGLE)
+    moments = [mutant(run_cache, "checkpoint_without_moments", s) for s in (BASE, RESUMED)]
+    mem = {s.world_size: mutant(run_cache, "replicated_moments", s) for s in (MEM1, N2, BASE)}
+    return {
+        "no_deadlock": facts("no_deadlock", [deadlocked], []),
+        "single_process_parity": facts("single_process_parity", [nb, single],
+                                       check_parity(nb, single)),
+        "byte_exact_resume": facts("byte_exact_resume", moments,
+                                   check_resume(moments[0], moments[1], 10)),
+        "zero1_memory": facts("zero1_memory", list(mem.values()), check_measured_memory(mem)),
+    }
+
+
+def test_each_failure_has_facts_that_read_as_text_and_draw(failures, tmp_path):
+    keep = ROOT / "docs" / "img" if "CAPSTONE_KEEP_PICTURES" in __import__("os").environ \
+        else tmp_path  # README's pictures are drawn by this test
+    for name, f in failures.items():
+        assert f is not None, name
+        text = as_text(f)
+        assert text and max(len(ln) for ln in text.splitlines()) <= 100, name
+        png = render(f, keep / f"feedback-{name}.png", f"a failing submission: {name}")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    dl = as_text(failures["no_deadlock"])
+    assert "recv(src=1)" in dl and "..." in dl  # the blocked call, still inside it
+    assert "<- parts" in as_text(failures["byte_exact_resume"])
+    memory = as_text(failures["zero1_memory"])
+    assert "12P/N" in memory and "30,080" in memory
+
+
+def test_feedback_embeds_a_picture_per_failed_invariant_and_none_when_passing(failures,
+                                                                             tmp_path):
+    tests, pictures = [], {}
+    for name, f in failures.items():
+        nodeid = f"tests/test_invariant_{name}.py::t"
+        tests.append({"name": nodeid, "score": 0.0, "max_score": 10.0, "status": "failed",
+                      "output": f"{name}: first violation"})
+        pictures[nodeid] = f
+    failing = {"score": 60.0, "tests": tests, "extra_data": {"pictures": pictures}}
+    passing = {"score": 100.0, "extra_data": {"pictures": {}},
+               "tests": [{**t, "score": 10.0, "status": "passed"} for t in tests]}
+    out = tmp_path / "grades"
+    page = write_feedback(out, "ada", failing, tmp_path).read_text()
+    for name in failures:
+        assert f"![{name}: what the runs did](ada/{name}.png)" in page
+        assert (out / "feedback" / "ada" / f"{name}.png").is_file()
+    clean = write_feedback(out, "bob", passing, tmp_path).read_text()
+    assert "![" not in clean and not (out / "feedback" / "bob").exists()
+
+
+def test_only_the_invariants_with_a_picture_kind_get_one():
+    assert set(CHECKS) - {"equal_rank_norms"} <= {"no_deadlock", "communication",
+                                                  "monotonic_loss", "single_process_parity",
+                                                  "zero1_memory", "byte_exact_resume",
+                                                  "rollback"}
+    assert facts("equal_rank_norms", [], []) is None
