@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.harness.runner import Watch
 from tests.harness.runs import BASE, RunCache, timeline_of
+from tests.harness.timeline import draw
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = {"X", "i", "M"}
@@ -73,6 +74,8 @@ def test_a_deadlocked_runs_timeline_marks_the_stop_and_the_blocked_calls(tmp_pat
     assert len(blocked) == 4 and all(e["cname"] == "terrible" for e in blocked)
     for e in blocked:  # drawn up to the stop
         assert abs(e["ts"] + e["dur"] - stop["ts"]) < 1e3
+    png = draw(timeline_of(r), tmp_path / "t.png")  # type: ignore[arg-type]
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_too_much_traffic_shows_in_the_timeline_and_the_failure_names_it(reference_only,
