@@ -176,12 +176,13 @@ def _draw_timeline(f: dict[str, Any], axes: Any) -> None:
     ax, bars = axes
     spans = [(t0, t1) for calls in f["ranks"].values() for _, _, t0, t1, _ in calls]
     end = f["stop_ms"] or max((t1 or t0 for t0, t1 in spans), default=1)
+    wide = 0.08 * (end - min((t0 for t0, _ in spans), default=0))  # room for a label
     for r, calls in f["ranks"].items():
         for op, site, t0, t1, _ in calls:
             blocked = t1 is None
             ax.barh(int(r), max((end if blocked else t1) - t0, 0.05), left=t0, height=0.6,
                     color="#c0392b" if blocked else "#2980b9", edgecolor="black", lw=0.3)
-            if blocked or not f["stop_ms"]:  # a hung run: name what each rank waits in
+            if blocked or (not f["stop_ms"] and t1 - t0 >= wide):  # what each rank waits in
                 ax.text(t0, int(r) + (0 if blocked else 0.42),
                         f"{op} at {site}" if blocked else op, fontsize=7 if blocked else 5,
                         color="white" if blocked else "black", va="center")
@@ -194,8 +195,12 @@ def _draw_timeline(f: dict[str, Any], axes: Any) -> None:
     ax.set_xlabel("ms since the run's first call")
     ax.set_title("each rank's last calls (red: still inside it when stopped)"
                  if f["stop_ms"] else "each rank's calls in one training step", fontsize=9)
-    names = [k.replace(" at ", "\n") for k in f["sites"]][::-1]
-    bars.barh(names, list(f["sites"].values())[::-1], color="#7f8c8d")
+    total = sum(f["sites"].values())
+    names = ["all call sites"] + [k.replace(" at ", "\n") for k in f["sites"]]
+    values = [total, *f["sites"].values()]
+    over = f["bound"] and total > f["bound"] * 1.02
+    bars.barh(names[::-1], values[::-1],
+              color=["#7f8c8d"] * len(f["sites"]) + ["#c0392b" if over else "#27ae60"])
     if f["bound"]:
         bars.axvline(f["bound"], color="#c0392b", ls="--", label="2(N-1)/N·P")
         bars.legend(fontsize=7)
