@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable
 
 from tests.harness.checks import Run
 from tests.harness.observe import Call, Observation, ProcessTrace
@@ -191,18 +192,28 @@ ITEMSIZE = {"float64": 8, "double": 8, "int64": 8, "long": 8, "float32": 4, "flo
             "int32": 4, "int": 4, "float16": 2, "bfloat16": 2, "half": 2, "int16": 2}
 
 
-def traffic_per_step(run: Run, in_bytes: bool = False) -> dict[int, dict[str, float]]:
-    """rank -> {"op at site": elements (or bytes) sent per training step}."""
+def per_site_per_step(run: Run, measure: Callable[[Call, int], float]
+                      ) -> dict[int, dict[str, float]]:
+    """rank -> {"op at site": `measure(call, rank)` summed per training step taken}."""
     obs = run.observed
     out: dict[int, dict[str, float]] = {}
     for r, p in sorted((obs.ranks() if obs else {}).items()):
         by_site: dict[str, float] = defaultdict(float)
         taken = steps_taken(p, run.steps)
         for c in training_calls(p):
-            size = ITEMSIZE.get(c.dtype.lower(), 1) if in_bytes else 1
-            by_site[f"{c.op} at {c.site}"] += sent_elements(c, run.world_size) * size / taken
+            v = measure(c, r)
+            if v:
+                by_site[f"{c.op} at {c.site}"] += v / taken
         out[r] = dict(by_site)
     return out
+
+
+def traffic_per_step(run: Run, in_bytes: bool = False) -> dict[int, dict[str, float]]:
+    """rank -> {"op at site": elements (or bytes) sent per training step}."""
+    def sent(c: Call, rank: int) -> float:
+        return sent_elements(c, run.world_size) * (ITEMSIZE.get(c.dtype.lower(), 1)
+                                                   if in_bytes else 1)
+    return per_site_per_step(run, sent)
 
 
 def _diagnosis(p: ProcessTrace, rank: int, n: int, P: int, steps: int) -> str:

@@ -17,8 +17,6 @@ Both return located `Violation`s (invariant "communication"); what the observer 
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from tests.harness.checks import Run
 from tests.harness.observe import ProcessTrace
 from tests.harness.observed_checks import (
@@ -26,9 +24,8 @@ from tests.harness.observed_checks import (
     missing_ranks,
     observation_of,
     params_of,
+    per_site_per_step,
     reduced_elements,
-    steps_taken,
-    training_calls,
 )
 from tests.harness.violations import Violation
 
@@ -86,17 +83,7 @@ def check_data_parallel(run: Run, batch_size: int) -> list[Violation]:
 
 def reduced_per_step(run: Run) -> dict[int, dict[str, float]]:
     """rank -> {"op at site": elements put into reductions per training step}."""
-    obs = run.observed
-    out: dict[int, dict[str, float]] = {}
-    for r, p in sorted((obs.ranks() if obs else {}).items()):
-        by_site: dict[str, float] = defaultdict(float)
-        taken = steps_taken(p, run.steps)
-        for c in training_calls(p):
-            v = reduced_elements(c, run.world_size, r)
-            if v:
-                by_site[f"{c.op} at {c.site}"] += v / taken
-        out[r] = dict(by_site)
-    return out
+    return per_site_per_step(run, lambda c, rank: reduced_elements(c, run.world_size, rank))
 
 
 def check_reduced(run: Run) -> list[Violation]:
