@@ -197,7 +197,7 @@ def load_observation(directory: Path) -> Observation:
     return obs
 
 
-MISMATCH_S = 1.0  # how long provably mismatched calls are watched before the run is stopped
+MISMATCH_S = 0.5  # how long provably mismatched calls are watched before the run is stopped
 
 
 def _position(p: ProcessTrace, c: Call) -> int:

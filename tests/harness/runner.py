@@ -222,14 +222,23 @@ def _lingering(uid: int, grace_s: float = 1.0) -> list[int]:
     return left
 
 
-def _signal_stacks(pids: list[int], leader: int) -> None:
+def _signal_stacks(pids: list[int], leader: int, observe_dir: Path,
+                   wait_s: float = 0.3) -> None:
     """Ask every observed process for its faulthandler dump (SIGUSR1 is registered only where
-    the observer loaded, so only those get it), and give them a moment to write it."""
+    the observer loaded, so only those get it), and wait until they are written (at most
+    `wait_s`: a process that cannot answer does not hold the run up)."""
     ns_to_host = contain.host_pids(leader)  # empty under the marker scan: pids are host pids
+    asked = []
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(ns_to_host.get(pid, pid), signal.SIGUSR1)
-    time.sleep(0.3)
+            asked.append(observe_dir / f"stack-{pid}.txt")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if all(f.is_file() and f.stat().st_size for f in asked):
+            time.sleep(0.02)  # the last lines of a dump
+            return
+        time.sleep(0.02)
 
 
 def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None = None,
@@ -288,7 +297,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                 alive = [p for p in processes_with_token(token) if p not in wrappers] \
                     or [proc.pid]
                 if obs is not None and observe_dir is not None:
-                    _signal_stacks([p.pid for p in obs.processes], proc.pid)
+                    _signal_stacks([p.pid for p in obs.processes], proc.pid, observe_dir)
                     obs = load_observation(observe_dir)
                     blocked, dumps = where_blocked(obs), stacks(obs)
                 break
