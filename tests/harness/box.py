@@ -72,7 +72,7 @@ class Box:
                 f"(cgroup {self.cgroup})")
 
 
-def _own_cgroups() -> dict[str, str]:
+def own_cgroups() -> dict[str, str]:
     """controller (or "" for v2) -> this process's cgroup path, from /proc/self/cgroup."""
     out: dict[str, str] = {}
     with contextlib.suppress(OSError):
@@ -99,13 +99,13 @@ def _read(path: Path) -> str | None:
 
 
 def _v1_dirs(controller: str) -> list[Path]:
-    cg = _own_cgroups()
+    cg = own_cgroups()
     base = CGROUP_ROOT / controller
     return _chain(base, cg.get(controller, "/")) if base.is_dir() else []
 
 
 def _v2_dirs() -> list[Path]:
-    cg = _own_cgroups()
+    cg = own_cgroups()
     if not (CGROUP_ROOT / "cgroup.controllers").is_file() or "" not in cg:
         return []
     return _chain(CGROUP_ROOT, cg[""])

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.box import CGROUP_ROOT, _own_cgroups, cgroup_version
+from tests.harness.box import CGROUP_ROOT, cgroup_version, own_cgroups
 
 PERIOD_US = 100_000
 
@@ -41,7 +41,7 @@ class CgBox:
     def __init__(self, memory_mb: float, cpus: float | None = None) -> None:
         self.version = cgroup_version()
         name = f"capstone-box-{uuid.uuid4().hex[:8]}"
-        own = _own_cgroups()
+        own = own_cgroups()
         limit = str(int(memory_mb * 2**20))
         self.dirs: list[Path] = []
         if self.version == "v2":
