@@ -60,7 +60,7 @@ def test_each_failure_has_facts_that_read_as_text_and_draw(failures, tmp_path):
     assert "12P/N" in memory and "30,080" in memory
 
 
-def test_feedback_embeds_a_picture_per_failed_invariant_and_none_when_passing(failures,
+def test_feedback_embeds_a_picture_per_failed_check_and_none_when_passing(failures,
                                                                              tmp_path):
     tests, pictures = [], {}
     for name, f in failures.items():
@@ -80,7 +80,7 @@ def test_feedback_embeds_a_picture_per_failed_invariant_and_none_when_passing(fa
     assert "![" not in clean and not (out / "feedback" / "bob").exists()
 
 
-def test_only_the_invariants_with_a_picture_kind_get_one():
+def test_only_the_checks_with_a_picture_kind_get_one():
     assert set(CHECKS) - {"equal_rank_norms"} <= {"no_deadlock", "communication",
                                                   "monotonic_loss", "single_process_parity",
                                                   "zero1_memory", "byte_exact_resume",
