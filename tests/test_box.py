@@ -159,6 +159,7 @@ def _verdicts(results: dict) -> dict[str, str]:
 
 
 @pytest.mark.box
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("no_unshare", [False, True], ids=["namespaces", "unshare-refused"])
 def test_the_reference_grades_100_in_gradescopes_default_box(autograder_zip,
                                                              outside_pytest_tmp, no_unshare):
@@ -175,6 +176,7 @@ def test_the_reference_grades_100_in_gradescopes_default_box(autograder_zip,
 
 
 @pytest.mark.box
+@pytest.mark.timeout(900)
 def test_a_mistake_is_graded_in_the_box_as_on_a_big_machine(autograder_zip,
                                                             outside_pytest_tmp):
     if contain.why_not_user():
@@ -190,6 +192,7 @@ def test_a_mistake_is_graded_in_the_box_as_on_a_big_machine(autograder_zip,
 
 
 @pytest.mark.box
+@pytest.mark.timeout(1800)  # 21 mutants at half a CPU: ~4 minutes here
 def test_every_mutant_is_caught_in_gradescopes_default_box(tmp_path):
     with cgbox.CgBox(*GRADESCOPE) as box, open(tmp_path / "log", "w") as out:
         m = box.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
