@@ -16,7 +16,7 @@ from tests.harness.runs import BASE, RunCache
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 ROOT = Path(__file__).resolve().parents[1]
-BOUND = 2.0  # seconds: the fixtures are up in well under 0.1 s
+BOUND = 1.0  # seconds: the fixtures are up in well under 0.1 s
 SLACK = 10.0
 
 
