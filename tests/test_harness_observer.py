@@ -114,6 +114,20 @@ def test_a_run_cannot_edit_the_suite_or_the_results_file_or_signal_the_suite(
     assert r.outcome.returncode == 0 and not r.outcome.survivors, r.outcome.reason()
 
 
+def test_links_a_run_plants_are_never_followed_by_the_suite(contained, tmp_path,
+                                                            monkeypatch):
+    """The suite (root) opens a run's files to the next run's user: never through a link."""
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "key").write_text("k")
+    (secret / "key").chmod(0o600)
+    monkeypatch.setenv("CAPSTONE_TAMPER_TARGETS", f"{secret}:{secret / 'key'}")
+    r = cache(tmp_path / "runs", bound=10).get(hostile("links.py"), BASE)
+    assert (r.parsed.out / "link0").is_symlink(), r.outcome.reason()
+    assert oct(secret.stat().st_mode & 0o777) == oct(0o700)
+    assert oct((secret / "key").stat().st_mode & 0o777) == oct(0o600)
+
+
 def test_a_submission_that_is_not_python_fails_the_observed_checks_in_one_line(tmp_path):
     r = cache(tmp_path, bound=10).get(hostile("shell.sh"), BASE)
     [v] = check_genuine_ranks(r)

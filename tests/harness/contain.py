@@ -26,6 +26,7 @@ import functools
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -194,25 +195,40 @@ def _traversable(path: Path) -> None:
             d.chmod(st.st_mode | 0o001)
 
 
-@functools.lru_cache(maxsize=64)
-def readable(folder: Path) -> None:
-    """Let the run user read the submission it runs (read for others, and execute on
-    folders), where its folder is closed to others (e.g. made 0700 by a temp-dir maker)."""
+def readable(folder: Path, again: bool = False) -> None:
+    """Let the run user read a folder (the submission it runs, the observer, an earlier run's
+    checkpoints): read for others, and execute on folders, where the folder is closed to
+    others (e.g. made 0700 by a temp-dir maker). Done once per folder unless `again`."""
+    if again or folder not in _OPENED:
+        _open_for_reading(folder, force=again)
+        _OPENED.add(folder)
+
+
+_OPENED: set[Path] = set()
+
+
+def _open_for_reading(folder: Path, force: bool) -> None:
+    """(Never through a link: a run, or a submission, may plant one to anywhere.)"""
     _traversable(folder)
-    if folder.stat().st_mode & 0o005 == 0o005:
+    if not force and folder.stat().st_mode & 0o005 == 0o005:
         return
-    for path in [folder, *folder.rglob("*")]:
-        st = path.lstat()
-        if not path.is_symlink():
-            path.chmod(st.st_mode | (0o005 if path.is_dir() else 0o004))
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        for name, bits in [*((d, 0o005) for d in dirs), *((f, 0o004) for f in files)]:
+            path = Path(top) / name
+            st = path.lstat()
+            if not stat.S_ISLNK(st.st_mode):
+                path.chmod(st.st_mode | bits)
+    folder.chmod(folder.stat().st_mode | 0o005)
 
 
 def open_to(run_dir: Path, ids: tuple[int, int], cwd: Path | None = None) -> None:
     """Give the run user its run directory, a way through the directories above it, and
     read access to the folder it runs in."""
     _traversable(run_dir)
-    for path in [run_dir, *run_dir.rglob("*")]:
-        os.chown(path, *ids, follow_symlinks=False)
+    os.chown(run_dir, *ids)
+    for top, dirs, files in os.walk(run_dir, followlinks=False):  # the suite's, so far
+        for name in [*dirs, *files]:
+            os.chown(Path(top) / name, *ids, follow_symlinks=False)
     if cwd is not None:
         readable(cwd.resolve())
 

@@ -269,6 +269,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         else list(argv)
     if user is not None:
         contain.open_to(out.parent, user, Path(cwd or os.getcwd()))
+        if observe_dir is not None:
+            contain.readable(OBSERVER_DIR)  # its sitecustomize must load in every process
     ooms_before = box.oom_kills()
     peak = 0.0
     t0 = time.monotonic()
@@ -312,6 +314,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         if user is not None:
             contain.end_user(user[0])
             os.chown(out.parent, 0, 0)  # nothing of the run's may change its directory now
+            contain.readable(out.parent, again=True)  # a later run (a resume) reads its files
         proc.wait()
     wall = time.monotonic() - t0
     ooms = box.oom_kills() - ooms_before
