@@ -94,7 +94,7 @@ def fit_warnings(run_timeout_s: float, mem_mb: int | None) -> list[str]:
 
 def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float],
           visibility: dict[str, str], observe: bool = True,
-          mem_mb: int | None = None) -> list[str]:
+          mem_mb: int | None = None, suite_seed: int | None = None) -> list[str]:
     """Write the autograder zip; return the names it holds."""
     bad = {v for v in visibility.values() if v not in VISIBILITIES}
     if bad:
@@ -102,7 +102,7 @@ def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float]
     files = sorted({p for pattern in SUITE_FILES for p in ROOT.glob(pattern)}
                    | {Path(m) for m in graded_modules()})
     config = {"entry": entry, "run_timeout_s": run_timeout_s, "observe": observe,
-              "run_mem_mb": mem_mb}
+              "run_mem_mb": mem_mb, "suite_seed": suite_seed}
     users = " ".join(f"{contain.RUN_USER}{i or ''}" for i in range(contain.RUN_USERS))
     generated = {
         "setup.sh": SETUP_SH.format(packages=" ".join(SUITE_PACKAGES), users=users),
@@ -182,7 +182,8 @@ def run(root: Path) -> int:
     config = json.loads((ROOT / "autograder.json").read_text())  # ROOT: the unpacked zip
     g = Grading(entry=config["entry"], run_timeout_s=config["run_timeout_s"],
                 grading_config=ROOT / "grading.json", observe=config.get("observe", True),
-                mem_mb=config.get("run_mem_mb")).resolved()
+                mem_mb=config.get("run_mem_mb"),
+                suite_seed=config.get("suite_seed")).resolved()
     print(f"box: {box.plan(box.read_box()).why}; containment: {contain.mode()}; a process of "
           f"a run may allocate {g.mem_mb} MB")
     results = grade(root / "submission", root / "results" / "results.json", g,
@@ -209,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"one of {', '.join(VISIBILITIES)}")
     ap.add_argument("--no-observe", action="store_true",
                     help="submissions are not Python programs: no observed checks")
+    ap.add_argument("--suite-seed", type=int, default=None,
+                    help="one seed for every submission (default: a fresh one per grading, "
+                         "so that no submission can replay another's numbers)")
     ap.add_argument("--run-mem-mb", type=int, default=None,
                     help="memory one process of a run may allocate (default: "
                          f"{box.PROCESS_MB} MB, less where the box is smaller)")
@@ -217,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     for warning in fit_warnings(a.run_timeout, a.run_mem_mb):
         print(f"warning: {warning}", file=sys.stderr)
     names = build(a.out, a.entry, a.run_timeout, weights, _pairs(a.visibility, "visibility"),
-                  observe=not a.no_observe, mem_mb=a.run_mem_mb)
+                  observe=not a.no_observe, mem_mb=a.run_mem_mb, suite_seed=a.suite_seed)
     print(f"wrote {a.out} ({len(names)} files): upload it as the autograder of a "
           "Gradescope programming assignment (Ubuntu base image)")
     return 0
