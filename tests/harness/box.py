@@ -117,16 +117,22 @@ def cgroup_version() -> str:
     return "v1" if _v1_dirs("memory") else "none"
 
 
-def _memory_limit() -> float | None:
-    limits = []
-    for d in _v1_dirs("memory"):
-        v = _read(d / "memory.limit_in_bytes")
+def _limited() -> list[tuple[int, int]]:
+    """(limit, usage) in bytes of each cgroup with a memory limit from this process's up to
+    the root, innermost first (v1, then v2)."""
+    found = []
+    for d, limit_file, usage_file in (*((d, "memory.limit_in_bytes", "memory.usage_in_bytes")
+                                        for d in _v1_dirs("memory")),
+                                      *((d, "memory.max", "memory.current")
+                                        for d in _v2_dirs())):
+        v = _read(d / limit_file)
         if v and v.isdigit() and int(v) < UNLIMITED:
-            limits.append(int(v))
-    for d in _v2_dirs():
-        v = _read(d / "memory.max")
-        if v and v.isdigit():
-            limits.append(int(v))
+            found.append((int(v), int(_read(d / usage_file) or 0)))
+    return found
+
+
+def _memory_limit() -> float | None:
+    limits = [limit for limit, _ in _limited()]
     return min(limits) / 2**20 if limits else None
 
 
@@ -146,15 +152,8 @@ def _cpu_quota() -> float | None:
 
 def cgroup_usage_mb() -> float:
     """What this process's (innermost limited) cgroup holds now, MiB (0: unknown)."""
-    for d in _v1_dirs("memory"):
-        v = _read(d / "memory.limit_in_bytes")
-        if v and v.isdigit() and int(v) < UNLIMITED:
-            return int(_read(d / "memory.usage_in_bytes") or 0) / 2**20
-    for d in _v2_dirs():
-        v = _read(d / "memory.max")
-        if v and v.isdigit():
-            return int(_read(d / "memory.current") or 0) / 2**20
-    return 0.0
+    limited = _limited()
+    return limited[0][1] / 2**20 if limited else 0.0
 
 
 def read_box() -> Box:
@@ -170,22 +169,23 @@ def read_box() -> Box:
     return Box(limit, _cpu_quota(), cpus, room, cgroup_version())
 
 
+def counters(path: Path) -> dict[str, int]:
+    """A kernel file of "name value" lines (memory.stat, memory.oom_control, memory.events,
+    /proc/vmstat) as a dict; empty where it cannot be read."""
+    out = {}
+    for line in (_read(path) or "").splitlines():
+        name, _, value = line.partition(" ")
+        if value.strip().lstrip("-").isdigit():
+            out[name] = int(value)
+    return out
+
+
 def oom_kills() -> int:
     """OOM kills the kernel counted where this process lives: its cgroups' (v1, v2) and the
     machine's. Only differences matter: a run failed while this number moved."""
-    total = 0
-    for d in _v1_dirs("memory"):
-        for line in (_read(d / "memory.oom_control") or "").splitlines():
-            if line.startswith("oom_kill "):
-                total += int(line.split()[1])
-    for d in _v2_dirs():
-        for line in (_read(d / "memory.events") or "").splitlines():
-            if line.startswith("oom_kill "):
-                total += int(line.split()[1])
-    for line in (_read(Path("/proc/vmstat")) or "").splitlines():
-        if line.startswith("oom_kill "):
-            total += int(line.split()[1])
-    return total
+    files = [*(d / "memory.oom_control" for d in _v1_dirs("memory")),
+             *(d / "memory.events" for d in _v2_dirs()), Path("/proc/vmstat")]
+    return sum(counters(f).get("oom_kill", 0) for f in files)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.box import CGROUP_ROOT, cgroup_version, own_cgroups
+from tests.harness.box import CGROUP_ROOT, cgroup_version, counters, own_cgroups
 
 PERIOD_US = 100_000
 
@@ -78,12 +78,7 @@ class CgBox:
     def working_set_mb(self) -> float:
         """Usage less the page cache the kernel may drop (what `docker stats` reports)."""
         d = self.dirs[0]
-        stat = {}
-        for name in ("memory.stat",):
-            with contextlib.suppress(OSError):
-                for line in (d / name).read_text().splitlines():
-                    k, _, v = line.partition(" ")
-                    stat[k] = int(v)
+        stat = counters(d / "memory.stat")
         for usage_file, inactive in (("memory.usage_in_bytes", "total_inactive_file"),
                                      ("memory.current", "inactive_file")):
             with contextlib.suppress(OSError, ValueError):
@@ -100,12 +95,8 @@ class CgBox:
 
     def oom_kills(self) -> int:
         d = self.dirs[0]
-        for name in ("memory.oom_control", "memory.events"):
-            with contextlib.suppress(OSError):
-                for line in (d / name).read_text().splitlines():
-                    if line.startswith("oom_kill "):
-                        return int(line.split()[1])
-        return 0
+        return max(counters(d / name).get("oom_kill", 0)
+                   for name in ("memory.oom_control", "memory.events"))
 
     def run(self, argv: list[str], timeout_s: float | None = None, **kwargs: object
             ) -> Measured:
