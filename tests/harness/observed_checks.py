@@ -216,21 +216,20 @@ def traffic_per_step(run: Run, in_bytes: bool = False) -> dict[int, dict[str, fl
     return per_site_per_step(run, sent)
 
 
-def _diagnosis(p: ProcessTrace, rank: int, n: int, P: int, steps: int) -> str:
-    """What the extra traffic is, read from the calls that moved it: per call site, what it
-    sent and what of it went into a reduction, per step."""
-    sent: dict[str, float] = defaultdict(float)
-    reduced: dict[str, float] = defaultdict(float)
-    for c in training_calls(p):
-        key = f"{c.op} at {c.site}"
-        sent[key] += sent_elements(c, n) / steps
-        reduced[key] += reduced_elements(c, n, rank) / steps
+def reduced_per_step(run: Run) -> dict[int, dict[str, float]]:
+    """rank -> {"op at site": elements put into reductions per training step}."""
+    return per_site_per_step(run, lambda c, rank: reduced_elements(c, run.world_size, rank))
+
+
+def _diagnosis(sent: dict[str, float], reduced: dict[str, float], n: int, P: int) -> str:
+    """What the extra traffic is, read from the calls that moved it: per call site ("op at
+    site"), what it sent and what of it went into a reduction, per step."""
     full = (n - 1) / n * P  # one reduction (or one gather) of every gradient element
-    reductions = [k for k in sent if reduced[k] >= 0.5 * full]
+    reductions = [k for k in sent if reduced.get(k, 0.0) >= 0.5 * full]
     gathers = [k for k in sent if k not in reductions and sent[k] >= 0.5 * full]
 
     def named(k: str) -> str:
-        return f"{k.split(' at ')[0]} at {k.split(' at ', 1)[1]} ({sent[k]:,.0f} elements)"
+        return f"{k} ({sent[k]:,.0f} elements)"
     if len(reductions) >= 2:
         return (f"the gradient is reduced twice: {named(reductions[0])} and "
                 f"{named(reductions[1])} each reduce every element (e.g. DDP's all-reduce "
@@ -257,13 +256,13 @@ def check_zero_traffic(run: Run) -> list[Violation]:
     out += missing_ranks(run, obs, "measure")
     n = run.world_size
     bound = 2 * (n - 1) / n * P * (1 + TRAFFIC_SLACK)
-    ranks = obs.ranks()
+    reduced = reduced_per_step(run)
     for r, by_site in traffic_per_step(run).items():
         total = sum(by_site.values())
         if total > bound:
             top = sorted(by_site.items(), key=lambda kv: -kv[1])[:4]
             breakdown = ", ".join(f"{k}: {v:,.0f}" for k, v in top)
-            why = _diagnosis(ranks[r], r, n, P, steps_taken(ranks[r], run.steps))
+            why = _diagnosis(by_site, reduced.get(r, {}), n, P)
             out.append(Violation(INV, r, None,
                                  f"<= 2(N-1)/N·P = {2 * (n - 1) / n * P:,.0f} elements sent "
                                  "per step", f"{total:,.0f}", f"{why}; per step: {breakdown}"))

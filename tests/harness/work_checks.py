@@ -24,8 +24,7 @@ from tests.harness.observed_checks import (
     missing_ranks,
     observation_of,
     params_of,
-    per_site_per_step,
-    reduced_elements,
+    reduced_per_step,
 )
 from tests.harness.violations import Violation
 
@@ -79,11 +78,6 @@ def check_data_parallel(run: Run, batch_size: int) -> list[Violation]:
         out.append(Violation(INV, r, s, f"{batch_size} rows ({want} tokens) per step",
                              f"{rows:g} rows ({tokens} tokens)", why))
     return out
-
-
-def reduced_per_step(run: Run) -> dict[int, dict[str, float]]:
-    """rank -> {"op at site": elements put into reductions per training step}."""
-    return per_site_per_step(run, lambda c, rank: reduced_elements(c, run.world_size, rank))
 
 
 def check_reduced(run: Run) -> list[Violation]:
