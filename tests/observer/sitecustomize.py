@@ -415,13 +415,26 @@ def _call_site() -> str:
     return "?"
 
 
+def _imported_torch(_: Any) -> None:
+    """torch's own objects (~165,000 once imported) move to gc's permanent generation, so the
+    memory snapshot walks only what the program made since; walking all of them wrote to
+    every page a forked rank shares with its parent (copy-on-write), ~0.15 s per rank. The
+    collector no longer scans them either: module-level objects that live as long as the
+    process, whose storages are not the program's state."""
+    import gc
+
+    gc.freeze()
+
+
 class _Hook:
     """Patches a module right after it is first executed (torch.distributed.distributed_c10d
-    before torch.distributed re-exports its functions; torch.autograd)."""
+    before torch.distributed re-exports its functions; torch.autograd; torch itself, once its
+    import is complete)."""
 
     def __init__(self, observer: _Observer) -> None:
         self.targets = {"torch.distributed.distributed_c10d": observer.patch_c10d,
-                        "torch.autograd": observer.patch_autograd}
+                        "torch.autograd": observer.patch_autograd,
+                        "torch": _imported_torch}
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         patch = self.targets.pop(name, None)
