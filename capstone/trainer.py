@@ -90,13 +90,15 @@ class Trainer:
                 local_loss = self._forward_backward()
                 self.faults.corrupt_gradients(step, self.model.parameters())
                 loss, grad_norm = self.zero.reduce_gradients(local_loss)
+                # A healthy loss vouches for the parameters this step started from, so the
+                # pending checkpoint is kept even when this step's gradients are bad.
+                if pending is not None and self.guard.verdict(step, loss, None) is None:
+                    self._save(pending)
+                    pending = None
                 reason = self.guard.verdict(step, loss, grad_norm)
                 if reason is not None:
                     step, pending = self._rollback(step, reason), None
                     continue
-                if pending is not None:
-                    self._save(pending)
-                    pending = None
                 self.zero.step(self.faults.lr_scale(step, self.cfg.spike_lr_multiplier))
                 self.guard.accept(step, loss)
                 self.metrics.step(step, self.zero.param_norm(), self.zero.optimizer_bytes(),
@@ -140,6 +142,7 @@ class Trainer:
 
     def _rollback(self, step: int, reason: str) -> int:
         """Restore the latest complete checkpoint; return the step to run next."""
+        self.world.barrier()  # a checkpoint saved just now is complete once rank 0 renamed it
         path = self.ckpt.latest()
         loaded = load_checkpoint(path) if path is not None else None
         self.guard.rolled_back(step, loaded.step if loaded else None, reason)

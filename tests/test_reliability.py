@@ -16,11 +16,11 @@ import pytest
 
 from capstone.checkpoint import load_checkpoint
 from capstone.cli import main
-from tests.harness.checks import PARITY_LOSS_RTOL, Run
+from tests.harness.checks import PARITY_LOSS_RTOL, Run, check_rollback
 from tests.harness.corrupt import plant_code_in_shard
 from tests.harness.parse import parse_run
 from tests.harness.runner import Outcome, processes_with_token, run_command
-from tests.harness.runs import BASE
+from tests.harness.runs import BASE, faulted
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPSTONE = (sys.executable, "-m", "capstone")
@@ -147,3 +147,9 @@ def test_fault_with_no_checkpoint_to_return_to_gives_up_clearly(reference_only, 
     assert o.returncode == 1, o.reason()
     assert "nan detected and there is no checkpoint to roll back to" in \
         o.stderr_tail.splitlines()[0], o.stderr_tail
+
+
+def test_a_fault_right_after_a_checkpoint_rolls_back_to_it(reference_only, run):
+    """The step-10 checkpoint waits for step 11 to prove it healthy (a spike of step 10 shows
+    only in step 11's loss); a healthy loss with bad gradients at 11 still vouches for it."""
+    assert check_rollback(run(BASE), run(faulted("nan", 11)), "nan", 11) == []
