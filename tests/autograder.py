@@ -25,7 +25,7 @@ from tests.harness.grading import VISIBILITIES, WEIGHTS
 from tests.harness.session import ROOT, Grading, grade, graded_modules
 
 GRADESCOPE_TIMEOUT_S = 600  # Gradescope's default autograder timeout (up to 40 minutes)
-RUNS_PER_SESSION = 13  # distinct runs a grading session asks for (tests/harness/runs.py)
+RUNS_PER_SESSION = 8  # distinct runs a grading session asks for (tests/harness/runs.py)
 
 # The suite's own dependencies (pyproject: dependencies + the test extra), pinned at install.
 SUITE_PACKAGES = ("torch", "numpy", "pytest", "pytest-timeout", "pytest-xdist", "hypothesis",

@@ -20,12 +20,12 @@ from tests.harness.observed_checks import (
     check_same_sequence,
     check_zero_traffic,
 )
-from tests.harness.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunSpec, faulted
+from tests.harness.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunSpec, fault_step, faulted
 from tests.harness.violations import Violation
 from tests.harness.work_checks import check_data_parallel, check_reduced
 
 Getter = Callable[[RunSpec], Run]
-ROLLBACK_PROBE = ("nan", 12)
+ROLLBACK_PROBE = ("nan", fault_step("nan", 0))  # the graded module's, under seed 0
 
 CHECKS: dict[str, Callable[[Getter], list[Violation]]] = {
     "monotonic_loss": lambda run: check_monotonic_loss(run(BASE)),

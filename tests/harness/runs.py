@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import random
 import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -71,6 +72,20 @@ RESUMED = RunSpec("resumed", resume_from=(BASE, 10))
 
 def faulted(kind: str, step: int) -> RunSpec:
     return RunSpec(f"{kind}{step}", inject=f"{kind}@{step}")
+
+
+FAULT_KINDS = ("nan", "spike")
+# After the step-10 checkpoint and not right after it (the contract's promise: a program may
+# keep a checkpoint pending until the next step proves it healthy); a spike at 19 shows at 20.
+FAULT_STEPS = range(12, 20)
+
+
+def fault_step(kind: str, seed: int) -> int:
+    """Where a session injects `kind`: nan@12 and spike@15 under seed 0 (CI, the docs), else
+    a step drawn from the session's seed, so no answer written for fixed steps can pass."""
+    if not seed:
+        return {"nan": 12, "spike": 15}[kind]
+    return random.Random(f"{seed}:{kind}").choice(FAULT_STEPS)
 
 
 class RunCache:
