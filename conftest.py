@@ -19,7 +19,7 @@ from tests.harness.grading import LIKELY, NOT_GRADED
 from tests.harness.pictures import KINDS, as_text, facts
 from tests.harness.plugin import SuiteReport, suite_seed
 from tests.harness.runner import Watch
-from tests.harness.runs import SINGLE, RunCache, RunSpec, timeline_of
+from tests.harness.runs import BASE, SINGLE, RunCache, RunSpec, timeline_of
 from tests.harness.violations import Violation, summarize
 
 ROOT = Path(__file__).resolve().parent
@@ -77,12 +77,19 @@ def reference_only(is_reference: bool) -> None:
 
 
 @pytest.fixture(scope="session")
-def run_cache(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory,
-              impl: tuple[str, ...]) -> RunCache:
-    """Runs shared by every xdist worker of this session (never across sessions)."""
+def shared_tmp(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every xdist worker of this session sees (never shared across sessions)."""
     base = tmp_path_factory.getbasetemp()
     if hasattr(pytestconfig, "workerinput"):  # an xdist worker of this session (not the
         base = base.parent                    # inherited variable of a nested session)
+    return base
+
+
+@pytest.fixture(scope="session")
+def run_cache(pytestconfig: pytest.Config, shared_tmp: Path, impl: tuple[str, ...]
+              ) -> RunCache:
+    """Runs shared by every xdist worker of this session (never across sessions)."""
+    base = shared_tmp
     cwd = ROOT if impl == REFERENCE_IMPL else pytestconfig.invocation_params.dir
     mem = pytestconfig.getoption("run_mem_mb")
     fsize = pytestconfig.getoption("run_file_mb")
@@ -91,6 +98,15 @@ def run_cache(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFact
     return RunCache(base / "capstone-runs", pytestconfig.getoption("run_timeout"), cwd,
                     mem * 2**20 if mem else None, fsize * 2**20 if fsize else None, watch,
                     seed=suite_seed())
+
+
+@pytest.fixture(scope="session")
+def deadlocked(shared_tmp: Path) -> Run:
+    """tests/hostile/deadlock.py, stopped by a 2 s deadlock watch: the one run that the
+    observer's, the timeline's and the pictures' tests read."""
+    cache = RunCache(shared_tmp / "deadlocked", 60, ROOT, None, None,
+                     Watch(observe=True, hang_after_s=2, contain=True))
+    return cache.get((sys.executable, str(ROOT / "tests" / "hostile" / "deadlock.py")), BASE)
 
 
 RUNS_USED = pytest.StashKey[list[Run]]()

@@ -24,9 +24,11 @@ def impl(name: str) -> tuple[str, ...]:
     return (sys.executable, str(HOSTILE / f"{name}.py"))
 
 
-@pytest.fixture
-def cache(tmp_path):
-    return RunCache(tmp_path, BOUND, ROOT, mem_bytes=512 * 2**20, file_bytes=8 * 2**20)
+@pytest.fixture(scope="module")
+def cache(shared_tmp):
+    """Each hostile program runs once: its tests read the same run."""
+    return RunCache(shared_tmp / "hostile", BOUND, ROOT, mem_bytes=512 * 2**20,
+                    file_bytes=8 * 2**20)
 
 
 @pytest.mark.parametrize("name", ["hang", "escape", "sigterm", "chatty", "garbage", "nothing",

@@ -72,8 +72,8 @@ def test_observer_leaves_the_reference_results_byte_identical(reference_only, ru
 
 
 @pytest.mark.slow
-def test_a_deadlock_is_stopped_early_and_located(tmp_path):
-    r = cache(tmp_path, bound=60, hang_after_s=2).get(hostile("deadlock.py"), BASE)
+def test_a_deadlock_is_stopped_early_and_located(deadlocked):
+    r = deadlocked
     o = r.outcome
     assert o.deadlock_s is not None and not o.timed_out and o.wall_s < 30, o.reason()
     assert o.blocked.startswith("rank 0 blocked in recv(src=1) at hostile/deadlock.py:"), o.blocked

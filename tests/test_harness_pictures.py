@@ -14,7 +14,6 @@ from tests.harness.class_report import write_feedback
 from tests.harness.matrix import CHECKS
 from tests.harness.observed_checks import check_measured_memory
 from tests.harness.pictures import as_text, facts, render
-from tests.harness.runner import Watch
 from tests.harness.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunCache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,11 +25,8 @@ def mutant(run_cache: RunCache, name: str, spec=BASE):
 
 
 @pytest.fixture
-def failures(reference_only, run_cache, run, tmp_path):
+def failures(reference_only, run_cache, run, deadlocked):
     """invariant -> (facts, test id) for failures of the catalogue's mutants."""
-    deadlocked = RunCache(tmp_path / "dl", 60, ROOT, None, None,
-                          Watch(observe=True, hang_after_s=2, contain=True)).get(
-        (sys.executable, str(ROOT / "tests" / "hostile" / "deadlock.py")), BASE)
     nb, single = mutant(run_cache, "no_broadcast"), run(SINGLE)
     moments = [mutant(run_cache, "checkpoint_without_moments", s) for s in (BASE, RESUMED)]
     mem = {s.world_size: mutant(run_cache, "replicated_moments", s) for s in (MEM1, N2, BASE)}

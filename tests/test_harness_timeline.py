@@ -8,8 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from tests.harness.runner import Watch
-from tests.harness.runs import BASE, RunCache, timeline_of
+from tests.harness.runs import BASE, timeline_of
 from tests.harness.timeline import draw
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,10 +60,8 @@ def test_a_correct_runs_timeline(run):
     assert one["args"]["bytes"] == 4 * one["args"]["elements"] and ":" in one["args"]["site"]
 
 
-def test_a_deadlocked_runs_timeline_marks_the_stop_and_the_blocked_calls(tmp_path):
-    cache = RunCache(tmp_path, 60, ROOT, None, None, Watch(observe=True, hang_after_s=2,
-                                                           contain=True))
-    r = cache.get((sys.executable, str(ROOT / "tests" / "hostile" / "deadlock.py")), BASE)
+def test_a_deadlocked_runs_timeline_marks_the_stop_and_the_blocked_calls(deadlocked, tmp_path):
+    r = deadlocked
     assert r.outcome.deadlock_s is not None
     data = valid_trace(timeline_of(r), 4, r.outcome.wall_s)  # type: ignore[arg-type]
     [stop] = [e for e in data["traceEvents"] if e["ph"] == "i" and e["s"] == "g"]
