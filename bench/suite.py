@@ -1,0 +1,83 @@
+"""The whole suite's wall time, beside the `import torch` floor measured in the same minutes,
+and optionally beside another revision's suite run in turns with this one (this machine is
+shared: its speed drifts by tens of percent within an hour, so only same-script ratios compare).
+
+    python bench/suite.py [--against REV] [--rounds 1] [--workers 2]
+
+Each round runs README's test command (`python -m pytest -n 2`) in this checkout, then, with
+`--against`, in a worktree of REV (same venv); `import torch` is timed before each suite run.
+Prints a JSON row per suite run and the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def import_floor(n: int = 5) -> float:
+    """Median wall time of `python -c "import torch"`."""
+    times = []
+    for _ in range(n):
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True)
+        times.append(time.monotonic() - t0)
+    return statistics.median(times)
+
+
+def suite(checkout: Path, workers: int) -> tuple[float, str]:
+    """Wall time of the suite in `checkout`, and pytest's last line."""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", str(workers), "-q",
+                           "-p", "no:cacheprovider"], cwd=checkout, capture_output=True,
+                          text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if " in " in ln and "passed" in ln]
+    return time.monotonic() - t0, lines[-1].strip("= ") if lines else f"exit {proc.returncode}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--against", metavar="REV", help="another revision, run in turns")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=2)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        checkouts = {"this checkout": ROOT}
+        if a.against:
+            other = Path(tmp) / "other"
+            subprocess.run(["git", "worktree", "add", "--detach", str(other), a.against],
+                           cwd=ROOT, check=True, capture_output=True)
+            checkouts[a.against] = other
+        rows: dict[str, list[tuple[float, float]]] = {k: [] for k in checkouts}
+        try:
+            for _ in range(a.rounds):
+                for name, path in checkouts.items():
+                    floor = import_floor()
+                    wall, last = suite(path, a.workers)
+                    rows[name].append((wall, floor))
+                    print(json.dumps({"suite": name, "wall_s": round(wall, 1),
+                                      "import_torch_s": round(floor, 2),
+                                      "floors": round(wall / floor, 1), "pytest": last}),
+                          flush=True)
+        finally:
+            if a.against:
+                subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT,
+                               capture_output=True)
+        for name, r in rows.items():
+            wall = statistics.median(w for w, _ in r)
+            floors = statistics.median(w / f for w, f in r)
+            print(f"{name:>16}: suite {wall:6.1f} s, {floors:5.1f} x the import-torch floor "
+                  f"(medians of {len(r)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
