@@ -178,3 +178,16 @@ def test_traces_survive_a_sigkilled_rank_and_ranks_ending_with_os_exit(reference
     assert len(ranks[1].backwards) == 4 and ranks[1].calls  # killed before step 5's backward
     assert ranks[1].flight_recorder is None
     assert all(ranks[k].flight_recorder for k in (0, 2, 3))
+
+
+def test_the_memory_snapshot_walks_only_what_the_program_made(tmp_path):
+    """Once torch is imported, the observer moves torch's own objects out of gc's reach, so
+    the snapshot's walk (and the copy-on-write it caused in forked ranks) skips them; a
+    tensor the program makes afterwards is still walked."""
+    probe = ("import gc, torch; t = torch.zeros(3); "
+             "print(gc.get_freeze_count(), any(o is t for o in gc.get_objects()))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "observer"),
+               CAPSTONE_OBSERVE_DIR=str(tmp_path))
+    frozen, seen = subprocess.run([sys.executable, "-c", probe], env=env, check=True,
+                                  capture_output=True, text=True).stdout.split()
+    assert int(frozen) > 10_000 and seen == "True"
