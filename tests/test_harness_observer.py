@@ -93,6 +93,13 @@ def test_a_helper_with_a_clean_environment_is_ended_and_reported(contained, tmp_
     assert leftover.stdout == "", "the helper outlived its run"
 
 
+def test_a_helper_still_exiting_when_the_run_ends_is_no_survivor(contained, tmp_path):
+    r = cache(tmp_path, bound=10).get(hostile("slow_exit.py"), BASE)
+    assert r.outcome.containment == contained
+    assert r.outcome.returncode == 0 and r.outcome.survivors == [], r.outcome.survivors
+    assert not any("no process left" in str(v) for v in check_clean_exit(r))
+
+
 def test_a_run_cannot_edit_the_suite_or_the_results_file_or_signal_the_suite(
         contained, tmp_path, monkeypatch):
     checks = ROOT / "tests" / "harness" / "checks.py"

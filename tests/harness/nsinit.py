@@ -27,7 +27,7 @@ from procfs import live_processes
 
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-GRACE_S = 1.0  # a helper still exiting (multiprocessing's resource tracker) is not a survivor
+GRACE_S = 3.0  # a helper still exiting is not a survivor (as tests/harness/runner.py's)
 
 
 def _mount(libc: ctypes.CDLL, src: str | None, target: str, flags: int,
