@@ -43,8 +43,8 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
   apt-get update && apt-get install -y python3-pip
 fi
 python3 -m pip install -c constraints.txt {packages}
-# Docker refuses unshare: runs go as dedicated unprivileged users instead (one per run under
-# way), who cannot write the suite or the results, nor signal the suite.
+# Docker refuses unshare: runs go as a dedicated unprivileged user instead, one at a time, who
+# cannot write the suite or the results, nor signal the suite.
 for user in {users}; do
   id -u "$user" >/dev/null 2>&1 || useradd --system --no-create-home --home-dir /nonexistent \
     --shell /usr/sbin/nologin "$user"

@@ -12,8 +12,8 @@ seccomp profile refuses unshare without CAP_SYS_ADMIN), every process of a run r
 dedicated unprivileged user (RUN_USER, created by the autograder's setup.sh or here on first
 use): it cannot write the suite, the results file or anything the run directory does not
 hold, cannot signal the suite, and after the run every process of that user is ended and its
-files in /tmp and /dev/shm removed, whatever their environment or session. Runs of one
-submission then go one at a time (no private loopback: a fixed MASTER_PORT would meet).
+files in /tmp and /dev/shm removed, whatever their environment or session. Runs then go one
+at a time on the machine (no private loopback: a fixed MASTER_PORT would meet).
 
 Where the suite is neither root nor allowed namespaces, runs fall back to the
 environment-marker scan of tests/harness/runner.py (GUARANTEES says what it cannot promise).
@@ -46,14 +46,14 @@ MARKER_SCAN = "marker-scan"
 USER = "run-user"
 FORCE_VAR = "CAPSTONE_CONTAINMENT"  # "run-user" or "marker-scan" forces that fallback
 RUN_USER = "capstone-run"
-RUN_USERS = 4  # capstone-run, capstone-run1, ...: one per run under way
+RUN_USERS = 1  # one user: runs under it go one at a time on the machine (`lease`)
 FALLBACK_UID = 61_234  # when no user can be created: uids nobody else has, no passwd entry
 GUARANTEES = {
     NAMESPACES: "namespaces (own PID, network and mount namespace per run; suite files "
                 "read-only to runs)",
     USER: f"a dedicated user ({RUN_USER}; unshare refused here): runs cannot write the suite "
           "or the results file, cannot signal the suite, and every process of that user is "
-          "ended after each run; runs of one submission go one at a time",
+          "ended after each run; runs go one at a time on this machine",
     MARKER_SCAN: "marker scan (neither namespaces nor root here). It CANNOT guarantee: that a "
                  "process which drops the environment marker (a clean exec in a new session) "
                  "is found and ended, that a run does not write the suite's files or the "
@@ -85,8 +85,7 @@ def _unshare_prefix() -> tuple[str, ...] | None:
 def run_users() -> tuple[tuple[int, int], ...]:
     """(uid, gid) of each dedicated run user, created if missing; empty unless root and a
     process of such a user can start this interpreter (a home of 0700 on its path refuses).
-    Several, so that runs of different submissions (or tests) can go at once: ending every
-    process of the user after a run must not end another run's."""
+    One today (RUN_USERS): its runs go one at a time (`lease`)."""
     if os.geteuid() != 0 or os.environ.get(FORCE_VAR) == MARKER_SCAN:
         return ()
     found = tuple(_user(f"{RUN_USER}{i or ''}", FALLBACK_UID + i) for i in range(RUN_USERS))
@@ -116,24 +115,16 @@ def run_user() -> tuple[int, int] | None:
 
 
 @contextlib.contextmanager
-def lease(poll_s: float = 0.1) -> Iterator[tuple[int, int]]:
-    """A run user no other run (of any session on this machine) holds: a file lock each."""
-    from filelock import FileLock, Timeout
+def lease() -> Iterator[tuple[int, int]]:
+    """The run user, once no other run on this machine (of any session) holds it. Runs under
+    it go one at a time, whoever starts them: there is no private loopback, any two
+    submissions may use the tutorials' port 12355 or /tmp path, and ending every process of
+    the user after a run must not end another run's."""
+    from filelock import FileLock
 
-    users = run_users()
-    while True:
-        for uid, gid in users:
-            lock = FileLock(f"/tmp/.{RUN_USER}-{uid}.lock")
-            try:
-                lock.acquire(timeout=0)
-            except Timeout:
-                continue
-            try:
-                yield uid, gid
-            finally:
-                lock.release()
-            return
-        time.sleep(poll_s)
+    USER_RUNS.mkdir(mode=0o711, exist_ok=True)
+    with FileLock(str(USER_RUNS / "one-run-at-a-time.lock")):
+        yield run_users()[0]
 
 
 def become(ids: tuple[int, int]) -> Callable[[], None]:

@@ -108,14 +108,12 @@ class RunCache:
 
     def _serialised(self, impl: tuple[str, ...]) -> FileLock | contextlib.nullcontext[None]:
         """Without namespaces, two runs of one submission never run at once: a submission
-        with a fixed MASTER_PORT or /tmp rendezvous would join the other run's ranks. Under
-        the run-user containment no two runs on this machine do (any two submissions may
-        use the tutorials' port 12355)."""
+        with a fixed MASTER_PORT or /tmp rendezvous would join the other run's ranks. (Under
+        the run-user containment the runner itself lets no two runs on this machine go at
+        once: `contain.lease`.)"""
         mode = contain.mode() if self.watch.contain else contain.MARKER_SCAN
-        if mode == contain.NAMESPACES:
+        if mode in (contain.NAMESPACES, contain.USER):
             return contextlib.nullcontext()
-        if mode == contain.USER:
-            return FileLock(str(contain.USER_RUNS / "one-run-at-a-time.lock"))
         digest = hashlib.sha256(json.dumps(list(impl)).encode()).hexdigest()[:12]
         return FileLock(str(self.root / f"impl-{digest}.lock"))
 
