@@ -45,10 +45,8 @@ fi
 python3 -m pip install -c constraints.txt {packages}
 # Docker refuses unshare: runs go as a dedicated unprivileged user instead, one at a time, who
 # cannot write the suite or the results, nor signal the suite.
-for user in {users}; do
-  id -u "$user" >/dev/null 2>&1 || useradd --system --no-create-home --home-dir /nonexistent \
-    --shell /usr/sbin/nologin "$user"
-done
+id -u {user} >/dev/null 2>&1 || useradd --system --no-create-home --home-dir /nonexistent \
+  --shell /usr/sbin/nologin {user}
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
@@ -103,9 +101,8 @@ def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float]
                    | {Path(m) for m in graded_modules()})
     config = {"entry": entry, "run_timeout_s": run_timeout_s, "observe": observe,
               "run_mem_mb": mem_mb, "suite_seed": suite_seed}
-    users = " ".join(f"{contain.RUN_USER}{i or ''}" for i in range(contain.RUN_USERS))
     generated = {
-        "setup.sh": SETUP_SH.format(packages=" ".join(SUITE_PACKAGES), users=users),
+        "setup.sh": SETUP_SH.format(packages=" ".join(SUITE_PACKAGES), user=contain.RUN_USER),
         "run_autograder": RUN_AUTOGRADER,
         "autograder.json": json.dumps(config, indent=2) + "\n",
         "grading.json": json.dumps({"weights": weights, "visibility": visibility},

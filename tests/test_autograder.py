@@ -46,7 +46,7 @@ def test_the_zip_holds_what_gradescope_runs(autograder_zip, tmp_path):
     assert not any("mutants" in n or "capstone/" in n for n in names)  # the suite only
     setup = zipfile.ZipFile(autograder_zip).read("setup.sh").decode()
     assert "-c constraints.txt" in setup and all(p in setup for p in SUITE_PACKAGES)
-    assert "useradd --system" in setup and 'for user in capstone-run;' in setup
+    assert "useradd --system" in setup and "--shell /usr/sbin/nologin capstone-run\n" in setup
     assert subprocess.run(["bash", "-n", "-c", setup]).returncode == 0
 
 

@@ -45,9 +45,8 @@ NAMESPACES = "namespaces"
 MARKER_SCAN = "marker-scan"
 USER = "run-user"
 FORCE_VAR = "CAPSTONE_CONTAINMENT"  # "run-user" or "marker-scan" forces that fallback
-RUN_USER = "capstone-run"
-RUN_USERS = 1  # one user: runs under it go one at a time on the machine (`lease`)
-FALLBACK_UID = 61_234  # when no user can be created: uids nobody else has, no passwd entry
+RUN_USER = "capstone-run"  # one user: runs under it go one at a time on the machine (`lease`)
+FALLBACK_UID = 61_234  # when no user can be created: a uid nobody else has, no passwd entry
 GUARANTEES = {
     NAMESPACES: "namespaces (own PID, network and mount namespace per run; suite files "
                 "read-only to runs)",
@@ -82,19 +81,18 @@ def _unshare_prefix() -> tuple[str, ...] | None:
 
 
 @functools.lru_cache(maxsize=1)
-def run_users() -> tuple[tuple[int, int], ...]:
-    """(uid, gid) of each dedicated run user, created if missing; empty unless root and a
-    process of such a user can start this interpreter (a home of 0700 on its path refuses).
-    One today (RUN_USERS): its runs go one at a time (`lease`)."""
+def run_user() -> tuple[int, int] | None:
+    """(uid, gid) of the dedicated run user, created if missing; None unless root and a
+    process of that user can start this interpreter (a home of 0700 on its path refuses)."""
     if os.geteuid() != 0 or os.environ.get(FORCE_VAR) == MARKER_SCAN:
-        return ()
-    found = tuple(_user(f"{RUN_USER}{i or ''}", FALLBACK_UID + i) for i in range(RUN_USERS))
+        return None
+    found = _user(RUN_USER, FALLBACK_UID)
     try:
         probe = subprocess.run([sys.executable, "-I", "-c", "pass"], capture_output=True,
-                               timeout=20, preexec_fn=become(found[0]), cwd="/")
+                               timeout=20, preexec_fn=become(found), cwd="/")
     except (OSError, subprocess.TimeoutExpired, subprocess.SubprocessError):
-        return ()
-    return found if probe.returncode == 0 else ()
+        return None
+    return found if probe.returncode == 0 else None
 
 
 def _user(name: str, fallback: int) -> tuple[int, int]:
@@ -109,11 +107,6 @@ def _user(name: str, fallback: int) -> tuple[int, int]:
     return fallback, fallback
 
 
-def run_user() -> tuple[int, int] | None:
-    users = run_users()
-    return users[0] if users else None
-
-
 @contextlib.contextmanager
 def lease() -> Iterator[tuple[int, int]]:
     """The run user, once no other run on this machine (of any session) holds it. Runs under
@@ -122,9 +115,12 @@ def lease() -> Iterator[tuple[int, int]]:
     the user after a run must not end another run's."""
     from filelock import FileLock
 
+    user = run_user()
+    if user is None:
+        raise RuntimeError(f"no run user: {why_not_user()}")
     USER_RUNS.mkdir(mode=0o711, exist_ok=True)
     with FileLock(str(USER_RUNS / "one-run-at-a-time.lock")):
-        yield run_users()[0]
+        yield user
 
 
 def become(ids: tuple[int, int]) -> Callable[[], None]:
