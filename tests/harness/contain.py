@@ -46,6 +46,10 @@ MARKER_SCAN = "marker-scan"
 USER = "run-user"
 FORCE_VAR = "CAPSTONE_CONTAINMENT"  # "run-user" or "marker-scan" forces that fallback
 RUN_USER = "capstone-run"  # one user: runs under it go one at a time on the machine (`lease`)
+# How long after a run ends a process of it may still be exiting (here and, passed on its
+# command line, in nsinit inside a namespace): 1 s was too short for a tutorial-style run's
+# resource tracker on 2 busy cores, and a grading box may have half a CPU.
+GRACE_S = 3.0
 FALLBACK_UID = 61_234  # when no user can be created: a uid nobody else has, no passwd entry
 GUARANTEES = {
     NAMESPACES: "namespaces (own PID, network and mount namespace per run; suite files "
@@ -264,7 +268,7 @@ def wrap(argv: list[str], run_dir: Path, report: Path) -> list[str]:
     if prefix is None:
         return argv
     return [*prefix, sys.executable, "-I", str(NSINIT), "--run", str(run_dir),
-            "--report", str(report), "--", *argv]
+            "--report", str(report), "--grace", str(GRACE_S), "--", *argv]
 
 
 def _children(pid: int) -> list[int]:

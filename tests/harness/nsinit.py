@@ -27,7 +27,6 @@ from procfs import live_processes
 
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-GRACE_S = 3.0  # a helper still exiting is not a survivor (as tests/harness/runner.py's)
 
 
 def _mount(libc: ctypes.CDLL, src: str | None, target: str, flags: int,
@@ -78,6 +77,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", required=True)
     ap.add_argument("--report", required=True)
+    ap.add_argument("--grace", type=float, required=True,
+                    help="seconds a process still exiting after the command is not a survivor")
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -96,7 +97,7 @@ def main() -> int:
         print(f"cannot start {argv[0]!r}: {e}", file=sys.stderr)
         return 127
     rc = child.wait()
-    deadline = time.monotonic() + GRACE_S
+    deadline = time.monotonic() + args.grace
     left = others()
     while left and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -47,10 +47,6 @@ TOKEN_VAR = "CAPSTONE_SUITE_RUN"
 SESSION_VAR = "CAPSTONE_SUITE_SESSION"  # set per pytest session, inherited by xdist workers
 TAIL_BYTES = 4096
 MEMORY_SAMPLE_S = 1.0  # how often a run's memory is sampled
-# How long after the run ends a process of it may still be exiting (tests/harness/nsinit.py
-# waits as long inside a namespace): 1 s was too short for a tutorial-style run's resource
-# tracker on 2 busy cores, and a grading box may have half a CPU.
-GRACE_S = 3.0
 
 
 @dataclass
@@ -215,7 +211,8 @@ def _environment(token: str, observe_dir: Path | None, home: Path | None = None
     return env
 
 
-def _lingering(find: Callable[[], list[int]], grace_s: float = GRACE_S) -> list[int]:
+def _lingering(find: Callable[[], list[int]], grace_s: float = contain.GRACE_S
+               ) -> list[int]:
     """What `find` still finds `grace_s` after the run ended: a helper still exiting, such as
     multiprocessing's resource tracker, is not a survivor."""
     deadline = time.monotonic() + grace_s
