@@ -89,13 +89,12 @@ def shared_tmp(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFac
 def run_cache(pytestconfig: pytest.Config, shared_tmp: Path, impl: tuple[str, ...]
               ) -> RunCache:
     """Runs shared by every xdist worker of this session (never across sessions)."""
-    base = shared_tmp
     cwd = ROOT if impl == REFERENCE_IMPL else pytestconfig.invocation_params.dir
     mem = pytestconfig.getoption("run_mem_mb")
     fsize = pytestconfig.getoption("run_file_mb")
     watch = Watch(observe=not pytestconfig.getoption("no_observe"),
                   hang_after_s=pytestconfig.getoption("hang_after"), contain=True)
-    return RunCache(base / "capstone-runs", pytestconfig.getoption("run_timeout"), cwd,
+    return RunCache(shared_tmp / "capstone-runs", pytestconfig.getoption("run_timeout"), cwd,
                     mem * 2**20 if mem else None, fsize * 2**20 if fsize else None, watch,
                     seed=suite_seed())
 

@@ -308,11 +308,13 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         # The leader is done (or stopped): whatever else carries the token goes too.
         ended_ns = time.time_ns()
         stopped = timed_out or deadlock_s is not None
-        survivors: list[int] = []
-        if not stopped:
-            uid = user[0] if user is not None else None
-            survivors = _lingering(lambda: sorted({*processes_with_token(token), *(
-                contain.user_processes(uid) if uid is not None else [])}))
+        def left() -> list[int]:  # the run's marked processes, and any of its user's
+            found = set(processes_with_token(token))
+            if user is not None:
+                found.update(contain.user_processes(user[0]))
+            return sorted(found)
+
+        survivors = [] if stopped else _lingering(left)
         _kill_all(proc.pid, token)
         if user is not None:
             contain.end_user(user[0])

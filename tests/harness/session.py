@@ -57,9 +57,8 @@ def pytest_command(results: Path, g: Grading, root: Path = ROOT) -> list[str]:
     g = g.resolved()
     # Hypothesis's plugin is for the unit tests: the graded modules never use it, and loading
     # it rewrites the asserts of its ~80 modules in every process (~0.7 CPU-s each).
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-           "-q",
-           "--rootdir", str(root), "-c", str(root / "pyproject.toml"),
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "-p", "no:hypothesispytest", "--rootdir", str(root), "-c", str(root / "pyproject.toml"),
            *graded_modules(root), "--impl", g.entry, "--run-timeout", str(g.run_timeout_s),
            "--run-file-mb", str(g.file_mb), "--run-mem-mb", str(g.mem_mb),
            "--grade-json", str(results)]
