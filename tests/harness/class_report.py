@@ -187,11 +187,12 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
     if spoiled:  # first: these grades are incomplete through no fault of the students
         lines += [f"**Not graded completely (the grading machine's fault; regrade on a larger "
                   f"machine): {', '.join(spoiled)}**", ""]
+    bins = score_bins(scores)
     lines += [f"Median score {statistics.median(scores):.4g}; "
               f"{sum(s >= 100 for s in scores)} at 100." if scores else "No students.", "",
-              "| score | " + " | ".join(b for b, _ in score_bins(scores)) + " |",
-              "|---" * (len(SCORE_BINS) + 1) + "|",
-              "| students | " + " | ".join(str(n) for _, n in score_bins(scores)) + " |", "",
+              "| score | " + " | ".join(b for b, _ in bins) + " |",
+              "|---" * (len(bins) + 1) + "|",
+              "| students | " + " | ".join(str(n) for _, n in bins) + " |", "",
               "| invariant | students failing | most common likely cause | who (their most "
               "likely cause) |", "|---|---|---|---|"]
     for name in INVARIANTS:
