@@ -56,6 +56,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(SuiteReport(config), "capstone-suite-report")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `long` tests first (a stable sort: the rest keep their order). xdist hands tests
+    out in this order, so the long ones start at once, spread over the workers, and short
+    ones fill the gaps, instead of one long test ending the suite on a single worker."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(scope="session")
 def impl(pytestconfig: pytest.Config) -> tuple[str, ...]:
     """The command under test, as argv."""

@@ -50,6 +50,7 @@ def test_the_zip_holds_what_gradescope_runs(autograder_zip, tmp_path):
     assert subprocess.run(["bash", "-n", "-c", setup]).returncode == 0
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_correct_submission_scores_100_with_a_fresh_seed(reference_only, autograder_zip,
                                                            tmp_path):
@@ -64,6 +65,7 @@ def test_a_correct_submission_scores_100_with_a_fresh_seed(reference_only, autog
     assert vis["test_invariant_monotonic_loss.py"] == "visible"
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_broken_submission_gets_reasons_and_likely_causes(autograder_zip, tmp_path):
     results = run_autograder(unpack(autograder_zip, tmp_path, SUBMISSIONS / "missing_flag"))

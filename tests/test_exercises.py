@@ -45,6 +45,7 @@ def test_accumulation_refuses_an_uneven_split():
         _grads(3)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("m", [4])  # M = 1, 2, 4 gradients: the unit test above
 def test_accumulating_run_follows_the_m1_trajectory(reference_only, run, holds, m):

@@ -19,6 +19,7 @@ STUDENTS = {
 }
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_class_of_broken_students_is_graded_and_resumed(tmp_path):
     subs = tmp_path / "submissions"

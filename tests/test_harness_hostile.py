@@ -77,6 +77,7 @@ def _pytest(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
 
 
 @pytest.mark.slow
+@pytest.mark.long
 # ids must not carry the word the nested run selects on, or it would select this test too
 @pytest.mark.parametrize("name, select, workers", [("garbage", "invariant", "2"),
                                                    ("hang", "no_deadlock", "0")],

@@ -141,6 +141,7 @@ def test_a_submission_that_is_not_python_fails_the_observed_checks_in_one_line(t
     assert v.message == NOT_OBSERVED and "\n" not in str(v)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_tutorial_style_ranks_on_a_fixed_port_run_side_by_side(contained, tmp_path):
     """Two runs of a submission that uses MASTER_PORT=12355 at once, each in its own network

@@ -1,11 +1,12 @@
 """`pytest -k invariant` selects exactly the invariant modules: no helper, fixture or other
-test carries the word."""
+test carries the word; and the long tests are handed out first."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -56,3 +57,26 @@ def test_k_selection_is_exactly_the_seven_contract_modules(request):
     assert len({Path(n.split("::")[0]).name for n in expected}) == 7
     assert selected == expected, (f"extra: {sorted(selected - expected)}, "
                                   f"missing: {sorted(expected - selected)}")
+
+
+class _Item:
+    """What conftest's ordering reads of a pytest item."""
+
+    def __init__(self, name: str, long: bool) -> None:
+        self.name, self.long = name, long
+
+    def get_closest_marker(self, name: str) -> object:
+        return object() if name == "long" and self.long else None
+
+
+def test_the_long_tests_are_handed_out_first(request):
+    """xdist hands tests out in collection order: the `long` ones come first (and the rest
+    keep their order), so they start at once instead of one ending the suite alone."""
+    import conftest
+
+    items = [_Item("a", False), _Item("b", True), _Item("c", False), _Item("d", True)]
+    conftest.pytest_collection_modifyitems(cast(list[pytest.Item], items))
+    assert [i.name for i in items] == ["b", "d", "a", "c"]
+    if _unfiltered(request.config):  # and this very session's order
+        marked = [i.get_closest_marker("long") is not None for i in request.session.items]
+        assert any(marked) and marked == sorted(marked, reverse=True)

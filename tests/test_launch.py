@@ -26,6 +26,7 @@ def _without_wall_time(records: dict[int, dict[str, Any]]) -> dict[int, dict[str
     return {s: {k: v for k, v in r.items() if k != "step_time_s"} for s, r in records.items()}
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["one machine", "two machines"])
 def test_torchrun_gives_the_bytes_of_the_forking_launcher(reference_only, run, tmp_path,

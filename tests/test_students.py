@@ -21,6 +21,7 @@ def student(mistake: str | None = None) -> tuple[str, ...]:
     return (sys.executable, str(STUDENT), *([mistake] if mistake else []))
 
 
+@pytest.mark.long
 def test_a_correct_submission_written_another_way_passes_every_check(reference_only, run_cache):
     """(tests/test_autograder.py grades the other, tests/submissions/ring, to 100.)"""
     found = evaluate(lambda spec: run_cache.get(student(), spec), tuple(CHECKS))
@@ -28,6 +29,7 @@ def test_a_correct_submission_written_another_way_passes_every_check(reference_o
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("mistake, targets, hint", [
     ("whole_batch", ("communication",), "every rank trained on the whole global batch of 16"),
     ("whole_batch_no_reduction", ("communication",), "never reduced across ranks"),
