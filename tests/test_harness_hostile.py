@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.checks import check_clean_exit, check_monotonic_loss, check_zero_memory
-from tests.harness.runner import processes_with_token
+from tests.harness.runner import Watch, processes_with_token
 from tests.harness.runs import BASE, RunCache
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
@@ -28,7 +28,8 @@ def impl(name: str) -> tuple[str, ...]:
 def cache(shared_tmp):
     """Each hostile program runs once: its tests read the same run."""
     return RunCache(shared_tmp / "hostile", BOUND, ROOT, mem_bytes=512 * 2**20,
-                    file_bytes=8 * 2**20)
+                    file_bytes=8 * 2**20,
+                    watch=Watch(grace_s=0.5))  # escape's helper sleeps for ever: no 3 s wait
 
 
 @pytest.mark.parametrize("name", ["hang", "escape", "sigterm", "chatty", "garbage", "nothing",

@@ -39,9 +39,14 @@ def hostile(name: str) -> tuple[str, ...]:
     return (str(path),) if name.endswith(".sh") else (sys.executable, str(path))
 
 
-def cache(tmp_path: Path, bound: float, hang_after_s: float = 5.0) -> RunCache:
+def cache(tmp_path: Path, bound: float, hang_after_s: float = 5.0,
+          grace_s: float = contain.GRACE_S) -> RunCache:
     return RunCache(tmp_path, bound, ROOT, 4096 * 2**20, 64 * 2**20,
-                    Watch(observe=True, hang_after_s=hang_after_s, contain=True))
+                    Watch(observe=True, hang_after_s=hang_after_s, contain=True,
+                          grace_s=grace_s))
+
+
+SURE_SURVIVOR_GRACE_S = 0.5  # a helper that sleeps for ever: no need to wait 3 s to know
 
 
 def _files(out: Path) -> dict[str, str]:
@@ -85,7 +90,8 @@ def test_a_deadlock_is_stopped_early_and_located(deadlocked):
 
 
 def test_a_helper_with_a_clean_environment_is_ended_and_reported(contained, tmp_path):
-    r = cache(tmp_path, bound=5).get(hostile("escape_clean.py"), BASE)
+    c = cache(tmp_path, bound=5, grace_s=SURE_SURVIVOR_GRACE_S)
+    r = c.get(hostile("escape_clean.py"), BASE)
     assert r.outcome.containment == contained
     assert r.outcome.returncode == 0 and len(r.outcome.survivors) == 1
     assert any("no process left" in str(v) for v in check_clean_exit(r))
@@ -166,11 +172,11 @@ def test_without_namespaces_runs_fall_back_to_the_marker_scan_one_at_a_time(tmp_
                            "print(contain.mode())"], cwd=ROOT, env=env, capture_output=True,
                           text=True, check=True).stdout.strip()
     assert mode == contain.MARKER_SCAN
-    c = cache(tmp_path, bound=2)
+    c = cache(tmp_path, bound=2, grace_s=SURE_SURVIVOR_GRACE_S)
     lock = c._serialised(("python3", "main.py"))
     if contain.mode() == contain.NAMESPACES:
         assert not hasattr(lock, "acquire")  # namespaces: runs may overlap
-    c.watch = Watch(observe=True, contain=False)
+    c.watch = Watch(observe=True, contain=False, grace_s=SURE_SURVIVOR_GRACE_S)
     assert hasattr(c._serialised(("python3", "main.py")), "acquire")
     r = c.get(hostile("escape.py"), BASE)  # the marker scan still finds a marked helper
     assert r.outcome.containment == contain.MARKER_SCAN and len(r.outcome.survivors) == 1

@@ -262,13 +262,14 @@ def end_user(uid: int, grace_s: float = 2.0) -> list[int]:
     return seen
 
 
-def wrap(argv: list[str], run_dir: Path, report: Path) -> list[str]:
+def wrap(argv: list[str], run_dir: Path, report: Path, grace_s: float = GRACE_S
+         ) -> list[str]:
     """`argv` as started inside its own namespaces (unchanged under the marker scan)."""
     prefix = _unshare_prefix()
     if prefix is None:
         return argv
     return [*prefix, sys.executable, "-I", str(NSINIT), "--run", str(run_dir),
-            "--report", str(report), "--grace", str(GRACE_S), "--", *argv]
+            "--report", str(report), "--grace", str(grace_s), "--", *argv]
 
 
 def _children(pid: int) -> list[int]:

@@ -40,6 +40,7 @@ from typing import Any
 import psutil
 
 from tests.harness import box, contain
+from tests.harness.contain import GRACE_S
 from tests.harness.observe import OBSERVER_DIR, deadlocked, load_observation, stacks, where_blocked
 from tests.harness.procfs import live_processes
 
@@ -194,6 +195,9 @@ class Watch:
     hang_after_s: float = 5.0  # 0: never stop early
     contain: bool = False
     poll_s: float = 0.2
+    # How long a process may take to exit after the run ended before it is a survivor; the
+    # suite's own tests of programs that certainly leave one shorten it
+    grace_s: float = GRACE_S
 
 
 def _environment(token: str, observe_dir: Path | None, home: Path | None = None
@@ -211,8 +215,7 @@ def _environment(token: str, observe_dir: Path | None, home: Path | None = None
     return env
 
 
-def _lingering(find: Callable[[], list[int]], grace_s: float = contain.GRACE_S
-               ) -> list[int]:
+def _lingering(find: Callable[[], list[int]], grace_s: float) -> list[int]:
     """What `find` still finds `grace_s` after the run ended: a helper still exiting, such as
     multiprocessing's resource tracker, is not a survivor."""
     deadline = time.monotonic() + grace_s
@@ -266,8 +269,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     logs.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
     report = out.parent / "sandbox.json"
-    full = contain.wrap(list(argv), out.parent, report) if mode == contain.NAMESPACES \
-        else list(argv)
+    full = contain.wrap(list(argv), out.parent, report, watch.grace_s) \
+        if mode == contain.NAMESPACES else list(argv)
     if user is not None:
         contain.open_to(out.parent, user, Path(cwd or os.getcwd()))
         if observe_dir is not None:
@@ -314,7 +317,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                 found.update(contain.user_processes(user[0]))
             return sorted(found)
 
-        survivors = [] if stopped else _lingering(left)
+        survivors = [] if stopped else _lingering(left, watch.grace_s)
         _kill_all(proc.pid, token)
         if user is not None:
             contain.end_user(user[0])
