@@ -27,8 +27,10 @@ def test_a_class_of_broken_students_is_graded_and_resumed(tmp_path):
         (subs / name).mkdir(parents=True)
         (subs / name / "main.py").write_text(code)
     out = tmp_path / "grades"
+    # one process per student's session (workers=0): xdist inside a session is the grade-file
+    # tests' and the autograder's to show; here three sessions already go at once
     g = Grading(entry=f"{sys.executable} main.py", run_timeout_s=0.5, suite_seed=0,
-                session_timeout_s=120, file_mb=4)
+                session_timeout_s=120, file_mb=4, workers=0)
     grades = grade_class(subs, out, g, jobs=3, progress=False)
     assert set(grades) == set(STUDENTS) and all(r["score"] == 0 for r in grades.values())
     with open(out / "grades.csv") as f:
