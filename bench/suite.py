@@ -6,13 +6,15 @@ shared: its speed drifts by tens of percent within an hour, so only same-script 
 
 Each round runs README's test command (`python -m pytest -n 2`) in this checkout, then, with
 `--against`, in a worktree of REV (same venv); `import torch` is timed before each suite run.
-Prints a JSON row per suite run and the medians.
+Prints a JSON row per suite run (with the CPU time its processes used, and how many of the
+machine's cores that kept busy on average) and the medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,14 +35,22 @@ def import_floor(n: int = 5) -> float:
     return statistics.median(times)
 
 
-def suite(checkout: Path, workers: int) -> tuple[float, str]:
-    """Wall time of the suite in `checkout`, and pytest's last line."""
-    t0 = time.monotonic()
+def _children_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def suite(checkout: Path, workers: int) -> tuple[float, float, str]:
+    """Wall time of the suite in `checkout`, the CPU time (user + sys) of its processes, and
+    pytest's last line. The CPU time is that of every process reaped up the tree: a lower
+    bound, since what a SIGKILLed run's namespace held is not handed up."""
+    t0, cpu0 = time.monotonic(), _children_cpu_s()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", str(workers), "-q",
                            "-p", "no:cacheprovider"], cwd=checkout, capture_output=True,
                           text=True)
+    wall, cpu = time.monotonic() - t0, _children_cpu_s() - cpu0
     lines = [ln for ln in proc.stdout.splitlines() if " in " in ln and "passed" in ln]
-    return time.monotonic() - t0, lines[-1].strip("= ") if lines else f"exit {proc.returncode}"
+    return wall, cpu, lines[-1].strip("= ") if lines else f"exit {proc.returncode}"
 
 
 def main() -> int:
@@ -61,9 +71,10 @@ def main() -> int:
             for _ in range(a.rounds):
                 for name, path in checkouts.items():
                     floor = import_floor()
-                    wall, last = suite(path, a.workers)
+                    wall, cpu, last = suite(path, a.workers)
                     rows[name].append((wall, floor))
                     print(json.dumps({"suite": name, "wall_s": round(wall, 1),
+                                      "cpu_s": round(cpu, 1), "cores_busy": round(cpu / wall, 2),
                                       "import_torch_s": round(floor, 2),
                                       "floors": round(wall / floor, 1), "pytest": last}),
                           flush=True)
