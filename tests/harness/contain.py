@@ -262,9 +262,10 @@ def end_user(uid: int, grace_s: float = 2.0) -> list[int]:
     return seen
 
 
-def wrap(argv: list[str], run_dir: Path, report: Path, grace_s: float = GRACE_S
-         ) -> list[str]:
-    """`argv` as started inside its own namespaces (unchanged under the marker scan)."""
+def wrap(argv: list[str], run_dir: Path, report: Path, grace_s: float) -> list[str]:
+    """`argv` as started inside its own namespaces (unchanged under the marker scan); nsinit
+    gives a process still exiting `grace_s` (the runner's `Watch.grace_s`) before it counts
+    as a survivor."""
     prefix = _unshare_prefix()
     if prefix is None:
         return argv
