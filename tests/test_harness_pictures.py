@@ -14,6 +14,7 @@ from tests.harness.class_report import write_feedback
 from tests.harness.matrix import CHECKS
 from tests.harness.observed_checks import check_measured_memory
 from tests.harness.pictures import as_text, facts, render
+from tests.harness.runner import Watch
 from tests.harness.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunCache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,3 +83,22 @@ def test_only_the_checks_with_a_picture_kind_get_one():
                                                   "zero1_memory", "byte_exact_resume",
                                                   "rollback"}
     assert facts("equal_rank_norms", [], []) is None
+
+
+def test_a_run_that_did_nothing_gets_words_and_no_empty_picture(shared_tmp, tmp_path):
+    """A program that exits at once (a crash on import is the same) made no call and logged
+    no step: every picture of it would be empty axes, so there is none, and the feedback
+    page is the failures' words alone."""
+    cache = RunCache(shared_tmp / "pictures-nothing", 10, ROOT, None, None,
+                     Watch(observe=True, contain=True))
+    nothing = cache.get((sys.executable, str(ROOT / "tests" / "hostile" / "nothing.py")), BASE)
+    assert nothing.observed is not None  # the observer saw the process: it made no call
+    found = {name: facts(name, [nothing, nothing], CHECKS[name](lambda _: nothing))
+             for name in CHECKS if name != "zero1_memory"}
+    assert found and all(f is None for f in found.values()), found
+    results = {"score": 0.0, "extra_data": {"pictures": {}},
+               "tests": [{"name": f"tests/test_invariant_{n}.py::t", "score": 0.0,
+                          "max_score": 10.0, "status": "failed", "output": f"{n}: no records"}
+                         for n in found]}
+    page = write_feedback(tmp_path / "grades", "eve", results, tmp_path).read_text()
+    assert "no records" in page and "![" not in page

@@ -150,6 +150,7 @@ def write_feedback(out: Path, student: str, results: dict[str, Any], graded: Pat
                 shutil.copyfile(graded / rel, folder / Path(rel).name)
                 kept.setdefault(name, []).append(f"{student}/{Path(rel).name}")
     path = out / "feedback" / f"{student}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)  # a page without pictures made no folder
     path.write_text(feedback(student, results, shown, kept))
     return path
 

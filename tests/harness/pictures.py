@@ -31,14 +31,21 @@ KINDS = {"no_deadlock": "timeline", "communication": "timeline", "monotonic_loss
 LAST_CALLS = 4  # per rank, before the problem
 
 
+def _logged(run: Run) -> bool:
+    """Whether any rank of the run logged a step (a run that crashed first logged none)."""
+    return any(run.parsed.records.values())
+
+
 def _series(run: Run, rank: int, key: str) -> list[float | None]:
     recs = run.parsed.records.get(rank, {})
     return [recs.get(s, {}).get(key) for s in range(1, run.steps + 1)]
 
 
-def _timeline(run: Run) -> dict[str, Any]:
+def _timeline(run: Run) -> dict[str, Any] | None:
     obs = run.observed
     ranks = obs.ranks() if obs else {}
+    if not any(p.calls for p in ranks.values()):
+        return None  # no rank made a call: an empty chart; the failure's words say why
     stamps = [c.t0 for p in ranks.values() for c in p.calls]
     origin = min(stamps, default=0)
     stop = run.outcome.ended_ns if run.outcome.deadlock_s is not None or \
@@ -62,7 +69,7 @@ def _timeline(run: Run) -> dict[str, Any]:
 
 
 def _curves(runs: list[Run]) -> dict[str, Any] | None:
-    if not runs[0].parsed.records:
+    if not _logged(runs[0]):
         return None  # nothing logged to draw: the failure's words say why
     out: dict[str, Any] = {"kind": "curves", "runs": {}}
     for run in runs:
@@ -102,7 +109,7 @@ def facts(invariant: str, runs: list[Run], violations: list[Violation]
     if kind is None or not runs:
         return None
     if kind == "timeline":
-        return _timeline(runs[0]) if runs[0].observed is not None else None
+        return _timeline(runs[0])
     if kind == "curves":
         return _curves(runs)
     if kind == "memory":
