@@ -307,7 +307,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                     obs = load_observation(observe_dir)
                     blocked, dumps = where_blocked(obs), stacks(obs)
                 break
-            time.sleep(min(watch.poll_s, max(0.0, deadline - now)))
+            with contextlib.suppress(subprocess.TimeoutExpired):  # back as soon as it ends
+                proc.wait(min(watch.poll_s, max(0.0, deadline - now)))
         # The leader is done (or stopped): whatever else carries the token goes too.
         ended_ns = time.time_ns()
         stopped = timed_out or deadlock_s is not None
