@@ -24,6 +24,11 @@ from tests.harness.violations import Violation, summarize
 
 ROOT = Path(__file__).resolve().parent
 REFERENCE_IMPL = (sys.executable, "-m", "capstone")
+# One OpenMP thread in the suite's own processes (xdist workers inherit it; runs get their own
+# in the runner): their tensors are tiny, and an idle OpenMP thread spin-waits on a core the
+# runs need (measured: the workers' CPU over a suite 36 -> 26 CPU-s). Set before any test
+# module imports torch; a value the user exported stays.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

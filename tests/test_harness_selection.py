@@ -1,5 +1,6 @@
 """`pytest -k invariant` selects exactly the invariant modules: no helper, fixture or other
-test carries the word; and the long tests are handed out first."""
+test carries the word; the long tests are handed out first; and the suite's own processes
+keep torch to one thread."""
 
 from __future__ import annotations
 
@@ -80,3 +81,13 @@ def test_the_long_tests_are_handed_out_first(request):
     if _unfiltered(request.config):  # and this very session's order
         marked = [i.get_closest_marker("long") is not None for i in request.session.items]
         assert any(marked) and marked == sorted(marked, reverse=True)
+
+
+def test_the_suites_own_torch_keeps_to_one_thread_unless_told_otherwise():
+    """conftest sets OMP_NUM_THREADS before torch is imported here: an idle OpenMP thread of a
+    worker would spin on a core the runs need."""
+    import os
+
+    import torch
+
+    assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
