@@ -4,6 +4,7 @@ keep torch to one thread."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -86,8 +87,6 @@ def test_the_long_tests_are_handed_out_first(request):
 def test_the_suites_own_torch_keeps_to_one_thread_unless_told_otherwise():
     """conftest sets OMP_NUM_THREADS before torch is imported here: an idle OpenMP thread of a
     worker would spin on a core the runs need."""
-    import os
-
     import torch
 
     assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])

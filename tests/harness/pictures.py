@@ -47,7 +47,7 @@ def _timeline(run: Run) -> dict[str, Any] | None:
     if not any(p.calls for p in ranks.values()):
         return None  # no rank made a call: an empty chart; the failure's words say why
     stamps = [c.t0 for p in ranks.values() for c in p.calls]
-    origin = min(stamps, default=0)
+    origin = min(stamps)  # there is a call: checked above
     stop = run.outcome.ended_ns if run.outcome.deadlock_s is not None or \
         run.outcome.timed_out else None
     rows: dict[str, list[list[Any]]] = {}

@@ -40,7 +40,7 @@ from typing import Any
 import psutil
 
 from tests.harness import box, contain
-from tests.harness.contain import GRACE_S
+from tests.harness.contain import GRACE_S  # by name: Watch's field `contain` hides the module
 from tests.harness.observe import OBSERVER_DIR, deadlocked, load_observation, stacks, where_blocked
 from tests.harness.procfs import live_processes
 
