@@ -39,8 +39,12 @@ SETUP_SH = """#!/usr/bin/env bash
 set -euo pipefail
 cd "$(dirname "$0")"
 export PIP_BREAK_SYSTEM_PACKAGES=1  # the image's python3 is the grader's own
-if ! python3 -m pip --version >/dev/null 2>&1; then
-  apt-get update && apt-get install -y python3-pip
+# setfacl (package acl) lets the run user alone through a closed home holding python3, if any.
+need=""
+python3 -m pip --version >/dev/null 2>&1 || need="python3-pip"
+command -v setfacl >/dev/null 2>&1 || need="$need acl"
+if [ -n "$need" ]; then
+  apt-get update && apt-get install -y $need
 fi
 python3 -m pip install -c constraints.txt {packages}
 # Docker refuses unshare: runs go as a dedicated unprivileged user instead, one at a time, who

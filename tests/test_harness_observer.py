@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -180,6 +181,39 @@ def test_without_namespaces_runs_fall_back_to_the_marker_scan_one_at_a_time(tmp_
     assert hasattr(c._serialised(("python3", "main.py")), "acquire")
     r = c.get(hostile("escape.py"), BASE)  # the marker scan still finds a marked helper
     assert r.outcome.containment == contain.MARKER_SCAN and len(r.outcome.survivors) == 1
+
+
+def test_the_run_user_alone_is_let_through_a_closed_home(tmp_path):
+    """An interpreter under a home of mode 0700 (a pyenv or conda in /root) is out of the run
+    user's reach; the suite grants that user, and no one else, passage through the closed
+    directory (an ACL entry): it can then start what lies below, still cannot list the
+    home, and another user is still refused."""
+    user = contain.run_user()
+    if user is None or not shutil.which("setfacl"):
+        pytest.skip(f"needs root and setfacl: {contain.why_not_user() or 'no setfacl'}")
+    home = tmp_path / "home"
+    (home / "env").mkdir(parents=True)
+    tool = home / "env" / "tool.sh"
+    tool.write_text("#!/bin/sh\necho ok\n")
+    tool.chmod(0o755)
+    home.chmod(0o700)
+
+    def as_user(ids: tuple[int, int], *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, preexec_fn=contain.become(ids), cwd="/", text=True,
+                              capture_output=True)
+
+    with pytest.raises(PermissionError):
+        as_user(user, str(tool))
+    closed = contain.closed_dirs([tool])
+    assert home in closed and tool.parent not in closed
+    assert contain.grant_passage(user[0], closed) == closed
+    assert as_user(user, str(tool)).stdout == "ok\n"
+    assert as_user(user, "ls", str(home)).returncode != 0  # passage, not a listing
+    acl = subprocess.run(["getfacl", "-cp", str(home)], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert "group::---" in acl and "other::---" in acl  # the group's and others' are as before
+    with pytest.raises(PermissionError):
+        as_user((contain.FALLBACK_UID + 1, contain.FALLBACK_UID + 1), str(tool))
 
 
 def test_traces_survive_a_sigkilled_rank_and_ranks_ending_with_os_exit(reference_only, run):

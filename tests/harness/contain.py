@@ -87,16 +87,56 @@ def _unshare_prefix() -> tuple[str, ...] | None:
 @functools.lru_cache(maxsize=1)
 def run_user() -> tuple[int, int] | None:
     """(uid, gid) of the dedicated run user, created if missing; None unless root and a
-    process of that user can start this interpreter (a home of 0700 on its path refuses)."""
+    process of that user can start this interpreter. A directory on the interpreter's way
+    that is closed to other users (a home of mode 0700 holding a pyenv, conda or venv) is
+    opened to that user alone, for passage only (`grant_passage`)."""
     if os.geteuid() != 0 or os.environ.get(FORCE_VAR) == MARKER_SCAN:
         return None
     found = _user(RUN_USER, FALLBACK_UID)
+    if _can_start(found):
+        return found
+    grant_passage(found[0], closed_dirs(interpreter_paths()))
+    return found if _can_start(found) else None
+
+
+def _can_start(ids: tuple[int, int]) -> bool:
+    """Whether a process of `ids` can start this interpreter (its standard library and site
+    packages included)."""
     try:
         probe = subprocess.run([sys.executable, "-I", "-c", "pass"], capture_output=True,
-                               timeout=20, preexec_fn=become(found), cwd="/")
+                               timeout=20, preexec_fn=become(ids), cwd="/")
     except (OSError, subprocess.TimeoutExpired, subprocess.SubprocessError):
-        return None
-    return found if probe.returncode == 0 else None
+        return False
+    return probe.returncode == 0
+
+
+def interpreter_paths() -> list[Path]:
+    """What a run's `python` must reach: the interpreter itself, its prefixes and its path."""
+    found = [Path(os.path.realpath(sys.executable)), Path(sys.base_prefix), Path(sys.prefix)]
+    return found + [Path(p) for p in sys.path if p and os.path.isdir(p)]
+
+
+def closed_dirs(paths: list[Path]) -> list[Path]:
+    """The directories above `paths` that other users cannot pass through (no execute bit
+    for others), outermost first."""
+    closed: set[Path] = set()
+    for path in paths:
+        for d in path.resolve().parents:
+            with contextlib.suppress(OSError):
+                if not d.stat().st_mode & 0o001:
+                    closed.add(d)
+    return sorted(closed, key=lambda d: (len(d.parts), str(d)))
+
+
+def grant_passage(uid: int, dirs: list[Path]) -> list[Path]:
+    """Let user `uid`, and no one else, pass through `dirs` (a POSIX ACL entry `u:UID:x`
+    with setfacl: it cannot list them, and the group's and others' bits are unchanged);
+    returns those granted. Without setfacl (package `acl`) nothing is granted."""
+    setfacl = shutil.which("setfacl")
+    if setfacl is None:
+        return []
+    return [d for d in dirs if subprocess.run([setfacl, "-m", f"u:{uid}:x", str(d)],
+                                              capture_output=True).returncode == 0]
 
 
 def _user(name: str, fallback: int) -> tuple[int, int]:
@@ -150,9 +190,23 @@ def why_not_user() -> str:
     if os.geteuid() != 0:
         return "the suite does not run as root"
     if run_user() is None:
-        return (f"a process of user {RUN_USER} cannot start {sys.executable} (a directory on "
-                "its path, e.g. a home of mode 0700, is closed to other users)")
+        closed = closed_dirs(interpreter_paths())
+        if not closed:
+            return f"a process of user {RUN_USER} cannot start {sys.executable}"
+        names = ", ".join(f"{d} (mode {d.stat().st_mode & 0o777:04o})" for d in closed)
+        fix = ("setfacl could not grant it (does the file system take ACLs?)"
+               if shutil.which("setfacl") else
+               "install setfacl (Debian, Ubuntu: apt-get install acl) and the suite grants "
+               f"{RUN_USER} alone passage through it")
+        return (f"a process of user {RUN_USER} cannot start {sys.executable}: {names} on its "
+                f"way is closed to other users; {fix}, or open it (chmod o+x)")
     return ""
+
+
+def passage() -> list[Path]:
+    """The directories the run user passes through by its ACL entry alone (closed to other
+    users), for the session's report; empty unless the run-user containment is in use."""
+    return closed_dirs(interpreter_paths()) if mode() == USER else []
 
 
 USER_RUNS = Path("/tmp/capstone-runs")  # run directories under the run-user containment

@@ -185,4 +185,7 @@ def _kill_leftovers() -> list[int]:
 
 
 def containment_line() -> str:
-    return contain.GUARANTEES[contain.mode()]
+    through = contain.passage()
+    granted = (f"; {contain.RUN_USER} passes through {', '.join(map(str, through))} (closed to "
+               "other users) by an ACL entry of its own" if through else "")
+    return contain.GUARANTEES[contain.mode()] + granted
