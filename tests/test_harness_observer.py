@@ -239,3 +239,35 @@ def test_the_memory_snapshot_walks_only_what_the_program_made(tmp_path):
     frozen, seen = subprocess.run([sys.executable, "-c", probe], env=env, check=True,
                                   capture_output=True, text=True).stdout.split()
     assert int(frozen) > 10_000 and seen == "True"
+
+
+BACKWARD_PASSES = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://{rdv}", rank=0, world_size=1)
+emb = torch.randn(8, 4, requires_grad=True)
+w = torch.randn(4, requires_grad=True)
+w.register_hook(lambda g: dist.all_reduce(g) or g)  # communication overlapped with backward
+idx = torch.tensor([[1, 2, 3], [4, 5, 6]])
+torch.autograd.grad((emb[idx] @ w).sum(), [emb, w])  # the functional way
+(emb[idx] @ w).sum().backward()
+dist.destroy_process_group()
+"""
+
+
+def test_autograd_grad_is_a_backward_pass_and_hooks_collectives_are_recorded(tmp_path):
+    """A program that takes its gradients with torch.autograd.grad (a functional MiniGPT, or
+    torch.func.grad underneath) trains as surely as one calling .backward(): both are the
+    observer's training clock and carry the tokens of the batch; a collective a gradient
+    hook issues during the pass is recorded like any other."""
+    from tests.harness.observe import load_observation
+
+    (tmp_path / "obs").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "observer"),
+               CAPSTONE_OBSERVE_DIR=str(tmp_path / "obs"))
+    subprocess.run([sys.executable, "-c", BACKWARD_PASSES.format(rdv=tmp_path / "rdv")],
+                   env=env, check=True, capture_output=True, timeout=60)
+    [p] = load_observation(tmp_path / "obs").processes
+    assert len(p.backwards) == 2
+    assert p.work == [{"tokens": 6, "rows": 2}] * 2
+    assert [c.op for c in p.calls] == ["all_reduce", "all_reduce"]
+    assert all(p.backwards[k] < p.calls[k].t0 for k in range(2))

@@ -14,7 +14,8 @@ What it records, and from where:
   ranks, dtypes, element counts, the submission's call site), before and after it runs;
 - `fr`: torch's own Flight Recorder at exit and at `destroy_process_group` (the only record
   of collectives that no Python function issues, such as DDP's gradient all-reduce);
-- `bw`: each `torch.autograd.backward` (one per micro-batch: the training steps' clock),
+- `bw`: each backward pass, `torch.autograd.backward` or `torch.autograd.grad` (one per
+  micro-batch: the training steps' clock),
   with the work it is the backward of: the tokens that entered the model and the targets
   its loss covers, read from the autograd graph (the index tensors of embedding lookups,
   the loss's target), whatever modules or functions built it;
@@ -247,19 +248,27 @@ class _Observer:
 
     # -- training steps and memory --------------------------------------------------------------
     def patch_autograd(self, mod: Any) -> None:
-        fn = getattr(mod, "backward", None)
-        if not callable(fn):
-            return
+        """`torch.autograd.backward` (what `loss.backward()` calls) and `torch.autograd.grad`
+        (the functional way, and what `torch.func.grad` calls underneath): either is a
+        backward pass, one per micro-batch."""
+        for name, roots in (("backward", "tensors"), ("grad", "outputs")):
+            fn = getattr(mod, name, None)
+            if callable(fn):
+                setattr(mod, name, self._backward(fn, roots))
+
+    def _backward(self, fn: Callable[..., Any], roots: str) -> Callable[..., Any]:
         import functools
         import time
 
         @functools.wraps(fn)
         def observed(*args: Any, **kwargs: Any) -> Any:
+            if getattr(self.local, "in_backward", False):  # one inside another (torch's own,
+                return fn(*args, **kwargs)                 # e.g. a reentrant checkpoint)
             self.backwards += 1
             self.step_data, self.pending = set(), []
             record = {"ev": "bw", "n": self.backwards, "t": time.time_ns()}
             try:
-                record.update(_work(args[0] if args else kwargs.get("tensors")))
+                record.update(_work(args[0] if args else kwargs.get(roots)))
             except Exception as e:
                 record["work_error"] = repr(e)[:200]
             self.emit(record)
@@ -268,8 +277,12 @@ class _Observer:
                     self._snapshot()
                 except Exception as e:
                     self.emit({"ev": "mem", "error": repr(e)[:200]})
-            return fn(*args, **kwargs)
-        setattr(mod, "backward", observed)  # noqa: B010
+            self.local.in_backward = True  # its own flag: collectives that gradient hooks
+            try:                           # issue during the pass are recorded as ever
+                return fn(*args, **kwargs)
+            finally:
+                self.local.in_backward = False
+        return observed
 
     def _snapshot(self) -> None:
         """First point: every storage Python can reach, held by weak reference. Second

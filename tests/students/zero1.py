@@ -1,6 +1,7 @@
 """A student's run contract v1, written from the lesson alone and independent of capstone/: a
 functional MiniGPT (weights in a dict, the embedding as `wte[idx]`, the loss written out with
-log_softmax and gather), torch.optim.Adam on this rank's shard, the library's
+log_softmax and gather, its gradients from torch.autograd.grad rather than .backward()),
+torch.optim.Adam on this rank's shard, the library's
 reduce_scatter_tensor and all_gather_into_tensor, ranks started with torch.multiprocessing
 and a file rendezvous. `python zero1.py [MISTAKE] --out DIR ...`: with a MISTAKE it makes that
 one, the way students make it (tests/students/README.md lists them).
@@ -148,11 +149,9 @@ def train(rank: int, a: argparse.Namespace) -> None:
     while step <= a.steps:
         if a.mistake != "grads_never_cleared":
             grads.zero_()
-        for p in params.values():
-            p.grad = None
         loss = forward(params, x, y)
-        loss.backward()
-        grads[:P] += torch.cat([params[k].grad.reshape(-1) for k in names])  # type: ignore[union-attr]
+        grads[:P] += torch.cat([g.reshape(-1) for g in torch.autograd.grad(
+            loss, [params[k] for k in names])])  # functional: no .backward(), no .grad
         if kind == "nan" and step == int(at) and not fired and rank == 0:
             grads[:P] = float("nan")
         shard_grad = torch.empty(S)
