@@ -241,7 +241,8 @@ def test_the_memory_snapshot_walks_only_what_the_program_made(tmp_path):
     assert int(frozen) > 10_000 and seen == "True"
 
 
-BACKWARD_PASSES = """
+
+SMALL_PROGRAM = """
 import torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method="file://{rdv}", rank=0, world_size=1)
 emb = torch.randn(8, 4, requires_grad=True)
@@ -250,24 +251,47 @@ w.register_hook(lambda g: dist.all_reduce(g) or g)  # communication overlapped w
 idx = torch.tensor([[1, 2, 3], [4, 5, 6]])
 torch.autograd.grad((emb[idx] @ w).sum(), [emb, w])  # the functional way
 (emb[idx] @ w).sum().backward()
+x = torch.zeros(6)
+dist.all_gather([torch.empty(6)], x)  # each collective's output by its argument's role
+dist.all_gather_into_tensor(torch.empty(6), x)
+dist.gather(x, [torch.empty(6)], dst=0)
+dist.scatter(x, [torch.ones(6)], src=0)
+dist.reduce_scatter_tensor(torch.empty(6), x)
 dist.destroy_process_group()
 """
 
 
-def test_autograd_grad_is_a_backward_pass_and_hooks_collectives_are_recorded(tmp_path):
+@pytest.fixture(scope="module")
+def small_program(tmp_path_factory):
+    """One process in a world of 1, observed: two backward passes and a few collectives."""
+    from tests.harness.observe import load_observation
+
+    tmp = tmp_path_factory.mktemp("small")
+    (tmp / "obs").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "observer"),
+               CAPSTONE_OBSERVE_DIR=str(tmp / "obs"))
+    subprocess.run([sys.executable, "-c", SMALL_PROGRAM.format(rdv=tmp / "rdv")],
+                   env=env, check=True, capture_output=True, timeout=60)
+    [p] = load_observation(tmp / "obs").processes
+    return p
+
+
+def test_autograd_grad_is_a_backward_pass_and_hooks_collectives_are_recorded(small_program):
     """A program that takes its gradients with torch.autograd.grad (a functional MiniGPT, or
     torch.func.grad underneath) trains as surely as one calling .backward(): both are the
     observer's training clock and carry the tokens of the batch; a collective a gradient
     hook issues during the pass is recorded like any other."""
-    from tests.harness.observe import load_observation
-
-    (tmp_path / "obs").mkdir()
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "observer"),
-               CAPSTONE_OBSERVE_DIR=str(tmp_path / "obs"))
-    subprocess.run([sys.executable, "-c", BACKWARD_PASSES.format(rdv=tmp_path / "rdv")],
-                   env=env, check=True, capture_output=True, timeout=60)
-    [p] = load_observation(tmp_path / "obs").processes
+    p = small_program
     assert len(p.backwards) == 2
     assert p.work == [{"tokens": 6, "rows": 2}] * 2
-    assert [c.op for c in p.calls] == ["all_reduce", "all_reduce"]
+    assert [c.op for c in p.calls[:2]] == ["all_reduce", "all_reduce"]
     assert all(p.backwards[k] < p.calls[k].t0 for k in range(2))
+
+
+def test_each_collective_counts_what_it_sends_and_what_it_receives(small_program):
+    """Inputs and outputs by the argument's role, whatever its name: all_gather's list and
+    scatter's tensor are what the call fills (the list form was charged as sent, N+1 times
+    the gather)."""
+    found = {c.op: (c.numel_in, c.numel_out) for c in small_program.calls[2:]}
+    assert found == {"all_gather": (6, 6), "all_gather_into_tensor": (6, 6),
+                     "gather": (6, 6), "scatter": (6, 6), "reduce_scatter_tensor": (6, 6)}

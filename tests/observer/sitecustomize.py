@@ -334,6 +334,13 @@ def _tensors(value: object) -> list[Any]:
     return []
 
 
+# Arguments that receive a collective's result, where their names do not start with
+# "output": all_gather(tensor_list, tensor) gathers into its list (counted as sent, it was
+# charged N+1 times the gather), gather into its gather_list, scatter(tensor, scatter_list)
+# into its tensor. (A receive's buffer stays its size: what it waits for.)
+_OUTPUTS = {"all_gather": ("tensor_list",), "gather": ("gather_list",), "scatter": ("tensor",)}
+
+
 def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
     """op, group, dtypes and element counts of one call, from its bound arguments."""
     import torch.distributed as dist
@@ -348,7 +355,7 @@ def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
             continue
         tensors = _tensors(value)
         n = sum(t.numel() for t in tensors)
-        if name.startswith("output") or name in ("gather_list",):
+        if name.startswith("output") or name in _OUTPUTS.get(op, ()):
             outs += n
         else:
             ins += n

@@ -2,7 +2,8 @@
 functional MiniGPT (weights in a dict, the embedding as `wte[idx]`, the loss written out with
 log_softmax and gather, its gradients from torch.autograd.grad rather than .backward()),
 torch.optim.Adam on this rank's shard, the library's
-reduce_scatter_tensor and all_gather_into_tensor, ranks started with torch.multiprocessing
+reduce_scatter_tensor, all_gather into a list of views (all_gather_into_tensor on resume),
+ranks started with torch.multiprocessing
 and a file rendezvous. `python zero1.py [MISTAKE] --out DIR ...`: with a MISTAKE it makes that
 one, the way students make it (tests/students/README.md lists them).
 
@@ -193,7 +194,7 @@ def train(rank: int, a: argparse.Namespace) -> None:
             fired = True
         opt.step()
         opt.param_groups[0]["lr"] = 0.01
-        dist.all_gather_into_tensor(flat, master.detach())
+        dist.all_gather(list(flat.split(S)), master.detach())  # the tutorials' list form
         unflatten()
         prev_loss, rollbacks = mean_loss, 0
         log({"step": step, "rank": rank, "world_size": n, "param_norm": pnorm(),
