@@ -132,6 +132,29 @@ def test_point_to_point_calls_are_not_part_of_the_collective_sequence():
     assert check_same_sequence(run) == []
 
 
+
+def test_a_rooted_collective_agrees_by_what_every_rank_passes():
+    """Only the root of a gather passes its gather_list, only the root of a scatter its
+    scatter_list: what must agree is what every rank passes (a loss gathered to rank 0 for
+    logging is no mismatch, nor a deadlock while the ranks sit in it); a rank contributing
+    another size still is."""
+    def ranks(rooted: str, sizes: tuple[int, int]) -> list[ProcessTrace]:
+        part, whole = ("numel_in", "numel_out") if rooted == "gather" else \
+            ("numel_out", "numel_in")
+        out = []
+        for r, k in enumerate(sizes):
+            c = call(rooted, 0, t0=98 * SEC, done=False, group=2)
+            setattr(c, part, k)
+            setattr(c, whole, 2 * k if r == 0 else 0)  # the list lives on the root alone
+            out.append(rank_trace(r, 2, [c]))
+        return out
+
+    for rooted in ("gather", "scatter"):
+        assert check_same_sequence(observed_run(ranks(rooted, (3, 3)), 2)) == []
+        assert deadlocked(Observation(Path("."), ranks(rooted, (3, 3))), 99 * SEC, 5) is None
+        [v] = check_same_sequence(observed_run(ranks(rooted, (3, 4)), 2))
+        assert v.rank == 1 and "different calls" in v.found
+
 def test_one_process_claiming_four_ranks_and_no_observer_at_all():
     alone = observed_run([ProcessTrace(pid=7, backwards=[1])], 4)
     alone.parsed.records[3] = {1: {"step": 1}}  # it wrote rank 3's file, and exited 0

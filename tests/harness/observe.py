@@ -46,8 +46,12 @@ class Call:
         return self.op in P2P
 
     def signature(self) -> tuple[Any, ...]:
-        """What must agree across ranks: op, sizes, dtype and group size."""
-        return (self.op, self.numel_in, self.numel_out, self.dtype, len(self.group))
+        """What must agree across ranks: op, sizes, dtype and group size. Of a rooted call,
+        what every rank passes: only a gather's root passes its gather_list (the outputs),
+        only a scatter's root its scatter_list (the inputs)."""
+        n_in = 0 if self.op == "scatter" else self.numel_in
+        n_out = 0 if self.op == "gather" else self.numel_out
+        return (self.op, n_in, n_out, self.dtype, len(self.group))
 
     def describe(self) -> str:
         what = f"{self.op}({self.peer})" if self.peer and self.p2p else self.op
