@@ -100,8 +100,7 @@ def run_user() -> tuple[int, int] | None:
 
 
 def _can_start(ids: tuple[int, int]) -> bool:
-    """Whether a process of `ids` can start this interpreter (its standard library and site
-    packages included)."""
+    """Whether a process of `ids` can start this interpreter (and load its `site`)."""
     try:
         probe = subprocess.run([sys.executable, "-I", "-c", "pass"], capture_output=True,
                                timeout=20, preexec_fn=become(ids), cwd="/")

@@ -55,7 +55,8 @@ class Call:
 
     def describe(self) -> str:
         what = f"{self.op}({self.peer})" if self.peer and self.p2p else self.op
-        size = f" of {self.numel_in} {self.dtype}" if self.numel_in else ""
+        n = self.numel_in or self.numel_out  # a scatter's ranks but its root pass outputs only
+        size = f" of {n} {self.dtype}" if n else ""
         return f"{what}{size} at {self.site}"
 
 

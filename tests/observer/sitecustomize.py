@@ -335,9 +335,9 @@ def _tensors(value: object) -> list[Any]:
 
 
 # Arguments that receive a collective's result, where their names do not start with
-# "output": all_gather(tensor_list, tensor) gathers into its list (counted as sent, it was
-# charged N+1 times the gather), gather into its gather_list, scatter(tensor, scatter_list)
-# into its tensor. (A receive's buffer stays its size: what it waits for.)
+# "output": all_gather(tensor_list, tensor) gathers into its list, gather into its
+# gather_list, scatter(tensor, scatter_list) into its tensor. (A receive's buffer stays its
+# size: what it waits for.)
 _OUTPUTS = {"all_gather": ("tensor_list",), "gather": ("gather_list",), "scatter": ("tensor",)}
 
 
