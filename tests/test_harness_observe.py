@@ -94,6 +94,22 @@ def test_an_extra_gradient_allreduce_is_named_with_both_call_sites(size, P, api)
     assert "main.py:158" in found[0].message
 
 
+
+@given(size=st.integers(2, 8), P=st.integers(1_000, 200_000), micro=st.integers(2, 4))
+def test_a_reduction_per_micro_batch_is_named_as_reduced_that_many_times(size, P, micro):
+    """One call site reducing the whole gradient after every micro-batch's backward: the
+    trace says how many times per step, at which site (not 'more data than ZeRO-1')."""
+    shard = -(-P // size)
+    step = [call("reduce_scatter_tensor", shard * size, shard, site="main.py:80", t0=k)
+            for k in range(micro)]
+    step.append(call("all_gather_into_tensor", shard, shard * size, site="main.py:90",
+                     t0=micro))
+    run = observed_run([rank_trace(r, size, list(step), P=P) for r in range(size)], size, 1, P)
+    found = check_zero_traffic(run)
+    assert len(found) == size
+    assert found[0].message.startswith(f"the gradient is reduced {micro} times per step at "
+                                       "one call site: reduce_scatter_tensor at main.py:80")
+
 def test_ddp_reducer_traffic_seen_only_by_the_flight_recorder_counts():
     """DDP's all-reduce has no Python call: the Flight Recorder's entry is what is counted."""
     P, size = 40_000, 4

@@ -234,6 +234,12 @@ def _diagnosis(sent: dict[str, float], reduced: dict[str, float], n: int, P: int
         return (f"the gradient is reduced twice: {named(reductions[0])} and "
                 f"{named(reductions[1])} each reduce every element (e.g. DDP's all-reduce "
                 "composed with ZeRO's reduce-scatter): reduce each gradient once")
+    times = {k: round(reduced[k] / full) for k in reductions}
+    if reductions and times[reductions[0]] >= 2:
+        k = reductions[0]
+        return (f"the gradient is reduced {times[k]} times per step at one call site: "
+                f"{named(k)}, each call reducing every element (e.g. once per micro-batch): "
+                "reduce the accumulated gradient once per step, after the last backward")
     if reductions and reductions[0].startswith("all_reduce") and gathers:
         return (f"all-reduce where a reduce-scatter suffices: {named(reductions[0])} gives "
                 f"every rank the whole reduced gradient, then {named(gathers[0])} gathers the "

@@ -255,6 +255,21 @@ def allreduce_then_slice() -> None:
     zero.reduce_scatter_mean = all_reduce_slice
 
 
+def reduced_per_micro_batch() -> None:
+    """What reducing after each of two micro-batches' backward does to a step: two partial
+    gradients (a quarter and the rest of it), each reduced whole at the one call site, and
+    the reduced slices summed. The same numbers up to rounding, twice the reduction."""
+    real = zero.reduce_scatter_mean
+
+    def twice(out: torch.Tensor, flat: torch.Tensor, size: int, group: Any = None) -> None:
+        first = flat * 0.25
+        rest = torch.empty_like(out)
+        real(out, first, size, group)
+        real(rest, flat - first, size, group)
+        out += rest
+    zero.reduce_scatter_mean = twice
+
+
 def grads_never_cleared() -> None:
     """The gradients are never zeroed between steps: each step's backward adds to the last."""
     trainer.Trainer._forward_backward = lambda self: trainer.accumulate_gradients(  # type: ignore[method-assign]
@@ -299,4 +314,6 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            hint="all-reduce where a reduce-scatter suffices"),
     Mutant("grads_never_cleared", ("byte_exact_resume",), grads_never_cleared,
            hint="gradients accumulate across steps"),
+    Mutant("reduced_per_micro_batch", ("communication",), reduced_per_micro_batch,
+           hint="reduced 2 times per step at one call site"),
 ]}
