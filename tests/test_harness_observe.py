@@ -234,6 +234,24 @@ def test_calls_that_can_never_match_are_a_deadlock_after_half_a_second():
     assert deadlocked(Observation(Path("."), pair), now, 5) is None  # a matched pair in flight
 
 
+
+def test_a_receive_whose_message_is_on_its_way_is_no_mismatch():
+    """A ring's last hop: rank 1 posted its isend to rank 0 and went on into the all-reduce
+    while rank 0 still waits in recv(src=1) for those bytes (on a throttled box, for a
+    while): the receive is matched, so only the full --hang-after makes it a deadlock. A
+    receive from a rank that sent fewer messages than asked for stays provably unmatched."""
+    now = 100 * SEC
+    def ring(sends: int) -> list[ProcessTrace]:
+        recv = rank_trace(0, 2, [call("recv", 4, t0=98 * SEC, done=False, peer="src=1")])
+        sent = [call("isend", 4, t0=97 * SEC, peer="dst=0") for _ in range(sends)]
+        for c in sent:
+            c.is_async = True
+        into = rank_trace(1, 2, [*sent, call("all_reduce", 2, t0=98 * SEC, done=False)])
+        return [recv, into]
+    assert deadlocked(Observation(Path("."), ring(sends=1)), now, 5) is None
+    assert deadlocked(Observation(Path("."), ring(sends=1)), 104 * SEC, 5) is not None
+    assert deadlocked(Observation(Path("."), ring(sends=0)), now, 5) is not None
+
 def test_where_blocked_groups_ranks_by_the_call_they_wait_in():
     procs = [rank_trace(0, 4, [call("recv", 1, site="main.py:153", t0=1, done=False,
                                     peer="src=1")])]

@@ -210,16 +210,31 @@ def _position(p: ProcessTrace, c: Call) -> int:
     return sum(1 for x in p.calls[:p.calls.index(c) + 1] if not x.p2p)
 
 
+def _messages(p: ProcessTrace, kind: str, peer: int) -> int:
+    """How many point-to-point calls of `kind` ("send" or "recv", blocking or not) process
+    `p` has issued to or from `peer`."""
+    ops = ("send", "isend") if kind == "send" else ("recv", "irecv")
+    key = "dst" if kind == "send" else "src"
+    return sum(1 for c in p.calls if c.op in ops and re.search(rf"\b{key}={peer}\b", c.peer))
+
+
 def _mismatched(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) -> bool:
     """Calls that can never complete together: different collectives (op, shape, or place in
-    the sequence), or a point-to-point call whose peer is itself inside a collective."""
+    the sequence), or a point-to-point call whose peer is itself inside a collective and has
+    not posted the other half (a receive from a rank that has sent this one fewer messages
+    than it asked for; a send to one that asked for fewer): a message still on its way, as
+    in a ring's last hop on a throttled box, is matched."""
     coll = {r: (_position(ranks[r], c), *c.signature()) for r, c in blocked.items()
             if not c.p2p}
     if len(set(coll.values())) > 1:
         return True
-    for c in blocked.values():
-        m = re.search(r"(?:src|dst)=(\d+)", c.peer) if c.p2p else None
-        if m and int(m[1]) in coll:
+    for r, c in blocked.items():
+        m = re.search(r"(src|dst)=(\d+)", c.peer) if c.p2p else None
+        if not m or int(m[2]) not in coll:
+            continue
+        peer, mine = int(m[2]), "recv" if m[1] == "src" else "send"
+        theirs = "send" if mine == "recv" else "recv"
+        if _messages(ranks[peer], theirs, r) < _messages(ranks[r], mine, peer):
             return True
     return False
 
