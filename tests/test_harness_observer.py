@@ -249,7 +249,10 @@ emb = torch.randn(8, 4, requires_grad=True)
 w = torch.randn(4, requires_grad=True)
 w.register_hook(lambda g: dist.all_reduce(g) or g)  # communication overlapped with backward
 idx = torch.tensor([[1, 2, 3], [4, 5, 6]])
+state, gone = torch.zeros(1237), torch.zeros(1111)  # the memory snapshots are at these passes
 torch.autograd.grad((emb[idx] @ w).sum(), [emb, w])  # the functional way
+state = 0.9 * state + 1  # state updated out of place: a new tensor of the same size
+del gone  # a tensor that dies and is not replaced
 (emb[idx] @ w).sum().backward()
 x = torch.zeros(6)
 dist.all_gather([torch.empty(6)], x)  # each collective's output by its argument's role
@@ -263,13 +266,14 @@ dist.destroy_process_group()
 
 @pytest.fixture(scope="module")
 def small_program(tmp_path_factory):
-    """One process in a world of 1, observed: two backward passes and a few collectives."""
+    """One process in a world of 1, observed: two backward passes (the memory snapshots)
+    and a few collectives."""
     from tests.harness.observe import load_observation
 
     tmp = tmp_path_factory.mktemp("small")
     (tmp / "obs").mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "observer"),
-               CAPSTONE_OBSERVE_DIR=str(tmp / "obs"))
+               CAPSTONE_OBSERVE_DIR=str(tmp / "obs"), CAPSTONE_OBSERVE_MEM="1,2")
     subprocess.run([sys.executable, "-c", SMALL_PROGRAM.format(rdv=tmp / "rdv")],
                    env=env, check=True, capture_output=True, timeout=60)
     [p] = load_observation(tmp / "obs").processes
@@ -295,3 +299,13 @@ def test_each_collective_counts_what_it_sends_and_what_it_receives(small_program
     found = {c.op: (c.numel_in, c.numel_out) for c in small_program.calls[2:]}
     assert found == {"all_gather": (6, 6), "all_gather_into_tensor": (6, 6),
                      "gather": (6, 6), "scatter": (6, 6), "reduce_scatter_tensor": (6, 6)}
+
+
+def test_state_replaced_every_step_is_held_and_a_dead_tensor_is_not(small_program):
+    """What a rank holds from one snapshot to the next: storages alive at both, and those
+    replaced by a storage of the same size (a hand-written Adam's `m = b1 * m + ...` is a
+    new tensor every step, yet the rank always holds it); a tensor that died unreplaced is
+    not held."""
+    [held] = [m for m in small_program.memory if "persistent_bytes" in m]
+    replaced = held["persistent_bytes"] - held["same_storage_bytes"]
+    assert 1237 * 4 <= replaced < 1237 * 4 + 1111 * 4

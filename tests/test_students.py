@@ -14,6 +14,7 @@ from tests.harness.matrix import CHECKS, evaluate
 from tests.harness.violations import summarize
 
 STUDENT = Path(__file__).resolve().parent / "students" / "zero1.py"
+STUDENT_NN = STUDENT.with_name("zero1_nn.py")
 pytestmark = pytest.mark.fault
 
 
@@ -25,6 +26,19 @@ def student(mistake: str | None = None) -> tuple[str, ...]:
 def test_a_correct_submission_written_another_way_passes_every_check(reference_only, run_cache):
     """(tests/test_autograder.py grades the other, tests/submissions/ring, to 100.)"""
     found = evaluate(lambda spec: run_cache.get(student(), spec), tuple(CHECKS))
+    broken = {k: v for k, v in found.items() if v}
+    assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
+
+
+def test_a_correct_program_in_a_third_style_passes_what_its_style_exercises(reference_only,
+                                                                          run_cache):
+    """tests/students/zero1_nn.py: an nn.Module, ranks as subprocesses on port 12355, an
+    async reduce-scatter, the loss gathered to rank 0 and broadcast back (rooted calls are
+    the same call on every rank), Adam by hand out of place (its state is new tensors every
+    step, and still the memory the rank holds)."""
+    command = (sys.executable, str(STUDENT_NN))
+    found = evaluate(lambda spec: run_cache.get(command, spec), ("zero1_memory",
+                                                                 "communication"))
     broken = {k: v for k, v in found.items() if v}
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
 

@@ -19,7 +19,8 @@ What it records, and from where:
   with the work it is the backward of: the tokens that entered the model and the targets
   its loss covers, read from the autograd graph (the index tensors of embedding lookups,
   the loss's target), whatever modules or functions built it;
-- `mem`: the tensor storages alive at two backward calls, and those alive at both;
+- `mem`: the tensor storages alive at two backward calls, and what the rank held from one
+  to the other (alive at both, or replaced by a storage of the same size);
 - on SIGUSR1 (sent by the runner to a hung run) `faulthandler` dumps every thread's stack.
 
 It must not change what a run computes: it reads tensors' sizes and storages, and the bytes
@@ -61,7 +62,7 @@ class _Observer:
         self.rank: int | None = None
         self.mem_at = tuple(int(x) for x in
                             os.environ.get("CAPSTONE_OBSERVE_MEM", "3,6").split(","))
-        self.first_snapshot: dict[int, tuple[object, int]] | None = None
+        self.first_snapshot: dict[int, tuple[Any, int]] | None = None
         self.step_data: set[int] = set()  # fingerprints sent or received since the backward
         self.pending: list[Any] = []  # weak references to receive buffers not read yet
         import threading
@@ -286,20 +287,40 @@ class _Observer:
 
     def _snapshot(self) -> None:
         """First point: every storage Python can reach, held by weak reference. Second
-        point: those still alive, whatever holds them now: the rank's persistent state."""
-        if self.first_snapshot is not None:
-            alive = [n for ref, n in self.first_snapshot.values()
-                     if not ref.expired()]  # type: ignore[attr-defined]
-            self.emit({"ev": "mem", "at": self.backwards, "since": self.mem_at[0],
-                       "persistent_bytes": sum(alive), "persistent_storages": len(alive)})
-            self.first_snapshot = None
+        point: the rank's persistent state, what it holds from one point to the other: the
+        first point's storages still alive, whatever holds them now, and those that died
+        replaced by a storage of the same size born since (state updated out of place,
+        `m = b1 * m + (1 - b1) * g`, is a new tensor every step)."""
+        storages, params = self._walk()
+        first = self.first_snapshot
+        if first is None:
+            self.first_snapshot = storages
+            self.emit({"ev": "mem", "at": self.backwards, "storages": len(storages),
+                       "live_bytes": sum(n for _, n in storages.values()),
+                       "param_elements": sum(params.values())})
             return
+        from collections import Counter
+
+        alive = [n for ref, n in first.values() if not ref.expired()]
+        died = Counter(n for ref, n in first.values() if ref.expired())
+        born = Counter(n for ptr, (_, n) in storages.items()  # a live first-point storage
+                       if ptr not in first or first[ptr][0].expired())  # keeps its address
+        replaced = sum(n * min(k, born[n]) for n, k in died.items())
+        self.emit({"ev": "mem", "at": self.backwards, "since": self.mem_at[0],
+                   "persistent_bytes": sum(alive) + replaced, "same_storage_bytes": sum(alive),
+                   "persistent_storages": len(alive)})
+        self.first_snapshot = None
+
+    def _walk(self) -> tuple[dict[int, tuple[Any, int]], dict[int, int]]:
+        """Every tensor storage Python can reach (data_ptr -> weak reference, bytes; each
+        storage once: views are not counted twice; parameters' .grad included), and the
+        parameters' element counts."""
         import gc
 
         import torch
         from torch.multiprocessing.reductions import StorageWeakRef
 
-        storages: dict[int, tuple[object, int]] = {}
+        storages: dict[int, tuple[Any, int]] = {}
         params: dict[int, int] = {}
 
         def add(t: object) -> None:
@@ -318,10 +339,7 @@ class _Observer:
                         add(obj.grad)  # a gradient may have no Python object of its own
                 except (RuntimeError, NotImplementedError):
                     continue
-        self.first_snapshot = storages
-        self.emit({"ev": "mem", "at": self.backwards, "storages": len(storages),
-                   "live_bytes": sum(n for _, n in storages.values()),
-                   "param_elements": sum(params.values())})
+        return storages, params
 
 
 def _tensors(value: object) -> list[Any]:
