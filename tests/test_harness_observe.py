@@ -186,11 +186,13 @@ def test_one_process_claiming_four_ranks_and_no_observer_at_all():
     assert check_genuine_ranks(observed_run([rank_trace(0, 4, [])], 4))  # ranks 1-3 missing
 
 
-def _memory_runs(P: int, persistent: dict[int, int]) -> dict[int, Run]:
+def _memory_runs(P: int, persistent: dict[int, int],
+                 same_storage: dict[int, int] | None = None) -> dict[int, Run]:
     runs = {}
     for n, b in persistent.items():
         p = rank_trace(0, n, [], P=P)
-        p.memory.append({"persistent_bytes": b, "param_elements": P})
+        p.memory.append({"persistent_bytes": b, "param_elements": P,
+                         "same_storage_bytes": (same_storage or persistent)[n]})
         runs[n] = observed_run([p], n, 6, P)
     return runs
 
@@ -203,6 +205,23 @@ def test_measured_memory_needs_12P_sharded(P, fixed):
     assert check_measured_memory(_memory_runs(P, shrinking(12))) == []  # master + moments
     assert check_measured_memory(_memory_runs(P, shrinking(8)))  # moments kept whole
     assert check_measured_memory(_memory_runs(P, shrinking(0)))  # nothing sharded
+
+
+@given(P=st.integers(1_000, 10_000_000), fixed=st.integers(0, 10**8))
+def test_measured_memory_takes_the_measure_that_sees_the_sharded_state(P, fixed):
+    """Each measure errs only low: the storages alive at both snapshots miss state updated
+    out of place; held storages (those and the ones replaced by the same size) may take in
+    a collective's buffer at N >= 2. Either one showing 12P sharded is enough; neither
+    turns state kept whole into sharded state."""
+    def shrinking(sharded: float, buffer_at_2: int = 0) -> dict[int, int]:
+        return {n: fixed + round(sharded * P / n) + (buffer_at_2 if n == 2 else 0)
+                for n in (1, 2, 4)}
+    out_of_place = _memory_runs(P, shrinking(12), same_storage=shrinking(0))
+    assert check_measured_memory(out_of_place) == []
+    a_buffer_held = _memory_runs(P, shrinking(16, buffer_at_2=4 * P), shrinking(16))
+    assert check_measured_memory(a_buffer_held) == []
+    assert check_measured_memory(_memory_runs(P, shrinking(8), shrinking(8)))  # kept whole
+    assert check_measured_memory(_memory_runs(P, shrinking(8, 4 * P), shrinking(4)))
 
 
 def test_deadlock_needs_every_rank_joined_and_blocked_for_K_seconds():

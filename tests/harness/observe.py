@@ -100,9 +100,13 @@ class ProcessTrace:
                                t, source="flight-recorder"))
         return sorted(merged, key=lambda c: c.t0)
 
-    def persistent_bytes(self) -> int | None:
+    def persistent_bytes(self, same_storage: bool = False) -> int | None:
+        """What the process held from one memory snapshot to the other: storages alive at
+        both and those replaced by one of the same size; with `same_storage`, the former
+        alone."""
+        key = "same_storage_bytes" if same_storage else "persistent_bytes"
         done = [m for m in self.memory if "persistent_bytes" in m]
-        return done[-1]["persistent_bytes"] if done else None
+        return done[-1].get(key, done[-1]["persistent_bytes"]) if done else None
 
     def param_elements(self) -> int | None:
         seen = [m["param_elements"] for m in self.memory if m.get("param_elements")]

@@ -316,10 +316,15 @@ class _Observer:
         storage once: views are not counted twice; parameters' .grad included), and the
         parameters' element counts."""
         import gc
+        import time
 
         import torch
         from torch.multiprocessing.reductions import StorageWeakRef
 
+        # A collective's buffers (an all-to-all's receive buffer, an all-gather's input) stay
+        # reachable for a moment after the call returns, until torch's communication thread
+        # lets go of its work object: give it that moment, or a buffer counts as held.
+        time.sleep(0.01)
         storages: dict[int, tuple[Any, int]] = {}
         params: dict[int, int] = {}
 
