@@ -115,3 +115,30 @@ def test_parser_never_raises_on_arbitrary_bytes(tmp_path_factory, blob):
     path = tmp_path_factory.mktemp("m") / "rank-0.jsonl"
     path.write_bytes(blob)
     parse_metrics(path, 0)
+
+
+@given(kind=st.sampled_from(["nan", "spike"]), fault=st.integers(12, 19),
+       late=st.integers(0, 2))
+def test_a_rollback_must_come_before_the_bad_update_is_kept(tmp_path_factory, kind, fault,
+                                                           late):
+    """The order the run logged in tells when its guard fired: a NaN gradient is seen in
+    step S's own gradient norm (step S is never logged before the rollback); a spike first
+    in step S+1's loss (step S may be, step S+1 not). Later, the bad update was kept."""
+    from tests.harness.checks import noticed_in_time
+
+    in_time = fault - 1 if kind == "nan" else fault
+    logged = in_time + late
+    path = tmp_path_factory.mktemp("m") / "rank-0.jsonl"
+    lines: list[dict[str, object]] = [
+        {"step": s, "rank": 0, "world_size": 1, "param_norm": 1.0, "optimizer_bytes": 12,
+         "loss": 1.0, "grad_norm": 1.0, "step_time_s": 0.0} for s in range(11, logged + 1)]
+    lines.append({"event": "rollback", "rank": 0, "step": logged + 1, "to_step": 10,
+                  "reason": kind})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    parsed = ParsedRun(out=Path("."), world_size=1)
+    parsed.records[0], parsed.events[0], _ = parse_metrics(path, 0)
+    run = Run("faulted", 20, 1, Outcome([], ".", 0, False, 0.0), parsed)
+    found = noticed_in_time(run, kind, fault)
+    assert bool(found) == (late > 0)
+    if found:
+        assert found[0].step == logged and "before the rollback" in found[0].message

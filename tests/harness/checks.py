@@ -367,6 +367,29 @@ def check_parity(base: Run, single: Run) -> list[Violation]:
     return out
 
 
+def noticed_in_time(faulted: Run, kind: str, step: int) -> list[Violation]:
+    """The guard fires before the bad update is kept: a NaN gradient shows in step S's own
+    gradient norm, before its update; a spiked update first in step S+1's loss. A rank whose
+    file holds that step's record before its rollback event kept the bad update."""
+    kept_at = step if kind == "nan" else step + 1
+    out = []
+    for rank in range(faulted.world_size):
+        first = next((e for e in faulted.parsed.events.get(rank, [])
+                      if e.get("event") == "rollback" and e.get("reason") == kind), None)
+        last = first.get("_last_step_before") if first else None
+        if not isinstance(last, int) or last < kept_at:
+            continue
+        why = (f"the NaN gradient of step {step} was applied and step {last} logged before "
+               "the rollback: test the step's gradient norm, not only its loss, before its "
+               "update" if kind == "nan" else
+               f"the spike of step {step} showed in step {step + 1}'s loss, yet step {last} "
+               "was logged before the rollback: compare each step's loss with the previous "
+               "step's before its update")
+        out.append(Violation("rollback", rank, last, f"the rollback before step {kept_at}'s "
+                             "update is kept", f"step {last} logged first", why))
+    return out
+
+
 def check_rollback(clean: Run, faulted: Run, kind: str, step: int) -> list[Violation]:
     """A one-shot fault is rolled back and the run ends exactly where the clean run ends."""
     inv = "rollback"
@@ -380,6 +403,7 @@ def check_rollback(clean: Run, faulted: Run, kind: str, step: int) -> list[Viola
         if not any(e.get("reason") == kind for e in events):
             out.append(Violation(inv, rank, step, f"a rollback event with reason {kind!r}",
                                  [e.get("reason") for e in events] or "none"))
+    out += noticed_in_time(faulted, kind, step)
     what = f"run with {kind}@{step}"
     parted = _same_trajectory(inv, clean, faulted, range(1, clean.steps + 1), what)
     if parted:  # the replay after a rollback restarts from the checkpoint (records keep

@@ -151,6 +151,9 @@ def _resume_files(vs: list[Violation]) -> list[str]:
 def _rollback(vs: list[Violation], n: int) -> list[str]:
     if any(v.message.startswith("gradients accumulate") for v in vs):
         return [ACCUMULATE]
+    late = [v for v in vs if str(v.expected).startswith("the rollback before step")]
+    if late:  # the check read the order the run logged in: its words are the hint
+        return [f"the guard fired too late: {late[0].message}"]
     missing = {v.rank for v in vs if str(v.expected).startswith("a rollback event")}
     if missing and len(missing) < n:
         return [LOCAL_GUARD]

@@ -34,7 +34,9 @@ class Checkpoint:
 
 @dataclass
 class ParsedRun:
-    """A run's files: records[rank][step] is the last record of that (rank, step)."""
+    """A run's files: records[rank][step] is the last record of that (rank, step); each event
+    carries `_last_step_before`, the step of the last record its file holds before it (the
+    order the run did things in: a rollback logged after its faulty step kept that update)."""
 
     out: Path
     world_size: int
@@ -74,6 +76,7 @@ def parse_metrics(path: Path, rank: int, invariant: str = "contract"
     except (OSError, UnicodeDecodeError) as e:
         return records, events, [Violation(invariant, rank, None, "UTF-8 text", "unreadable",
                                            f"{path.name}: {e}")]
+    last_step: int | None = None
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -94,7 +97,7 @@ def parse_metrics(path: Path, rank: int, invariant: str = "contract"
                 problems.append(Violation(invariant, rank, obj.get("step"), "event record", err,
                                           f"{where}: {err}"))
             else:
-                events.append(obj)
+                events.append({**obj, "_last_step_before": last_step})
             continue
         err = _typed(obj, STEP_KEYS)
         if err is None and obj["step"] >= 1:
@@ -108,6 +111,7 @@ def parse_metrics(path: Path, rank: int, invariant: str = "contract"
                 obj.get("step"), int) else None, "step record", err, f"{where}: {err}"))
             continue
         records[obj["step"]] = obj
+        last_step = obj["step"]
     return records, events, problems
 
 

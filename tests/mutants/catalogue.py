@@ -167,6 +167,15 @@ def no_guard() -> None:
         lambda self, step, loss, grad_norm: None)
 
 
+def loss_only_guard() -> None:
+    """The divergence guard looks at the loss alone: a NaN gradient is applied, and the
+    guard fires a step later, on the NaN loss it caused (and still ends like the clean
+    run, from the checkpoint)."""
+    real = guard.DivergenceGuard.verdict
+    guard.DivergenceGuard.verdict = (  # type: ignore[method-assign]
+        lambda self, step, loss, grad_norm: real(self, step, loss, None))
+
+
 def local_loss() -> None:
     """Each rank logs its own batch's loss instead of the global mean."""
     _wrap_reduce_gradients(lambda self, local_loss, loss, grad_norm: (float(local_loss),
@@ -291,6 +300,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            hint="moments or step count"),
     Mutant("same_rows", ("single_process_parity",), same_rows, hint="wrong rows"),
     Mutant("no_guard", ("rollback",), no_guard, hint="never fired"),
+    Mutant("loss_only_guard", ("rollback",), loss_only_guard, hint="not only its loss"),
     Mutant("extra_collective", ("no_deadlock", "communication"), extra_collective,
            ("--pg-timeout", "5"), hint="different collectives"),
     # of our own design
