@@ -370,14 +370,15 @@ def check_parity(base: Run, single: Run) -> list[Violation]:
 def noticed_in_time(faulted: Run, kind: str, step: int) -> list[Violation]:
     """The guard fires before the bad update is kept: a NaN gradient shows in step S's own
     gradient norm, before its update; a spiked update first in step S+1's loss. A rank whose
-    file holds that step's record before its rollback event kept the bad update."""
+    file holds that step's record before its rollback event kept the bad update. (An event
+    after the last step is a file written at the end, not a late guard: it is not read.)"""
     kept_at = step if kind == "nan" else step + 1
     out = []
     for rank in range(faulted.world_size):
         first = next((e for e in faulted.parsed.events.get(rank, [])
                       if e.get("event") == "rollback" and e.get("reason") == kind), None)
         last = first.get("_last_step_before") if first else None
-        if not isinstance(last, int) or last < kept_at:
+        if not isinstance(last, int) or not kept_at <= last < faulted.steps:
             continue
         why = (f"the NaN gradient of step {step} was applied and step {last} logged before "
                "the rollback: test the step's gradient norm, not only its loss, before its "
