@@ -30,6 +30,7 @@ def test_a_correct_submission_written_another_way_passes_every_check(reference_o
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
 
 
+@pytest.mark.long
 def test_a_correct_program_in_a_third_style_passes_what_its_style_exercises(reference_only,
                                                                           run_cache):
     """tests/students/zero1_nn.py: an nn.Module, ranks as subprocesses on port 12355, an
