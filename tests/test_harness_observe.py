@@ -353,3 +353,7 @@ def test_each_rank_must_compute_on_its_share_and_the_whole_batch_is_named(size, 
     assert f"whole global batch of {size * B} rows" in found[0].message
     unseen = observed_run([rank_trace(r, size, []) for r in range(size)], size, 3)
     assert check_data_parallel(unseen, B) == []  # no token count seen: not charged
+    if B % size == 0:  # --batch-size taken for the global batch, split over the ranks
+        split = observed_run([trace(r, B // size) for r in range(size)], size, 3)
+        found = check_data_parallel(split, B)
+        assert len(found) == size and "--batch-size is per rank" in found[0].message

@@ -62,14 +62,18 @@ def check_data_parallel(run: Run, batch_size: int) -> list[Violation]:
             if tokens is not None and tokens != want:
                 found[r] = (s, tokens)
                 break
-    whole = n * want
-    everyone = n >= 2 and len(found) == n and all(t == whole for _, t in found.values())
+    every = n >= 2 and len(found) == n and len({t for _, t in found.values()}) == 1
+    alike = next(iter(found.values()))[1] if every else None
     for r, (s, tokens) in sorted(found.items()):
         rows = tokens / CONTEXT
-        if everyone:
+        if alike == n * want:
             why = (f"every rank trained on the whole global batch of {n * batch_size} rows "
                    f"instead of its share: give rank r rows [r*B, (r+1)*B) with B = "
                    f"{batch_size} (slice the batch by rank, or a DistributedSampler)")
+        elif alike is not None and alike * n == want:
+            why = (f"every rank trained on {rows:g} rows, 1/{n} of its {batch_size}: "
+                   f"--batch-size is per rank (rank r takes rows [r*B, (r+1)*B) of a global "
+                   f"batch of N*B = {n * batch_size} rows), not the global batch to split")
         elif tokens > want:
             why = (f"rank {r} computed on {rows:g} rows, more than its {batch_size} "
                    f"(1/{n} of the global batch of {n * batch_size})")

@@ -245,6 +245,16 @@ def whole_batch() -> None:
                                                                           batch.size(0))
 
 
+def global_batch_split() -> None:
+    """--batch-size taken for the global batch: each rank trains on B/N rows of the first B,
+    as if the flag were the batch to split over the ranks (it is per rank)."""
+    def split(batch: torch.Tensor, rank: int, batch_size: int
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = dist.get_world_size() if dist.is_initialized() else 1
+        return data.rank_batch(batch[:batch_size], rank, batch_size // n)
+    trainer.rank_batch = split
+
+
 def whole_batch_no_reduction() -> None:
     """The whole global batch on every rank, and no gradient reduction at all: each rank
     already holds the whole batch's gradient and updates its slice from it."""
@@ -318,6 +328,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            hint="blocked in recv(src=1)"),
     # the work itself: each rank's share of the batch, reductions, gradients per step
     Mutant("whole_batch", ("communication",), whole_batch, hint="whole global batch"),
+    Mutant("global_batch_split", ("communication",), global_batch_split,
+           hint="--batch-size is per rank"),
     Mutant("whole_batch_no_reduction", ("communication",), whole_batch_no_reduction,
            hint="never reduced"),
     Mutant("allreduce_then_slice", ("communication",), allreduce_then_slice,
