@@ -102,3 +102,17 @@ def test_a_run_that_did_nothing_gets_words_and_no_empty_picture(shared_tmp, tmp_
                          for n in found]}
     page = write_feedback(tmp_path / "grades", "eve", results, tmp_path).read_text()
     assert "no records" in page and "![" not in page
+
+
+def test_a_late_guard_is_marked_where_it_kept_the_bad_update(reference_only, run_cache):
+    """The runs of a guard that fired a step late do not part (the bad step is replayed):
+    the picture marks where the bad update was kept, not a parting."""
+    from tests.harness.checks import check_rollback
+    from tests.harness.matrix import ROLLBACK_PROBE
+    from tests.harness.runs import faulted
+
+    base, late = (mutant(run_cache, "loss_only_guard", s) for s in (BASE, faulted(*ROLLBACK_PROBE)))
+    f = facts("rollback", [base, late], check_rollback(base, late, *ROLLBACK_PROBE))
+    assert f is not None
+    text = as_text(f)
+    assert "<- bad update kept" in text and "<- parts" not in text, text

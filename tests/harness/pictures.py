@@ -95,8 +95,11 @@ def _restart(runs: list[Run], violations: list[Violation]) -> dict[str, Any] | N
     original, other = runs[0], runs[-1]
     if not original.parsed.records.get(0) or not other.parsed.records.get(0):
         return None  # nothing logged to compare: the failure's words say why
-    parted = min((v.step for v in violations if v.step), default=None)
-    return {"kind": "restart", "parted": parted,
+    def kept(v: Violation) -> bool:  # a guard that fired late: where it kept a bad update
+        return str(v.expected).startswith("the rollback before")
+    parted = min((v.step for v in violations if v.step and not kept(v)), default=None)
+    late = min((v.step for v in violations if v.step and kept(v)), default=None)
+    return {"kind": "restart", "parted": parted, "kept": late,
             "runs": {r.name: {k: _series(r, 0, k) for k in ("loss", "grad_norm")}
                      for r in (original, other)}}
 
@@ -152,9 +155,10 @@ def as_text(f: dict[str, Any], width: int = 100) -> str:
         lines.append(f"step  {'loss ' + a[:9]:>14}  {'loss ' + b[:9]:>14}  "
                      f"{'grad ' + a[:9]:>14}  {'grad ' + b[:9]:>14}")
         ra, rb = f["runs"][a], f["runs"][b]
-        first = max((f["parted"] or 1) - 2, 0)
+        first = max((f["parted"] or f.get("kept") or 1) - 2, 0)
         for s in range(first, min(first + 6, len(ra["loss"]))):
-            mark = "  <- parts" if s + 1 == f["parted"] else ""
+            mark = ("  <- parts" if s + 1 == f["parted"] else
+                    "  <- bad update kept" if s + 1 == f.get("kept") else "")
             lines.append(f"{s + 1:>4}  {_fmt(ra['loss'][s]):>14}  {_fmt(rb['loss'][s]):>14}  "
                          f"{_fmt(ra['grad_norm'][s]):>14}  {_fmt(rb['grad_norm'][s]):>14}{mark}")
     return "\n".join(ln[:width] for ln in lines[:40])
@@ -259,6 +263,9 @@ def _draw_restart(f: dict[str, Any], axes: Any) -> None:
                     ls="-" if i == 0 else "--", marker="." if i == 0 else "x", label=name)
         if f["parted"]:
             ax.axvline(f["parted"], color="#c0392b", ls=":", label=f"parts at step {f['parted']}")
+        if f.get("kept"):
+            ax.axvline(f["kept"], color="#e67e22", ls="--",
+                       label=f"bad update kept at step {f['kept']} (replayed after)")
         ax.set_xlabel("step")
         ax.set_title(key, fontsize=9)
         ax.legend(fontsize=7)
