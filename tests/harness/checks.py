@@ -380,12 +380,13 @@ def noticed_in_time(faulted: Run, kind: str, step: int) -> list[Violation]:
         last = first.get("_last_step_before") if first else None
         if not isinstance(last, int) or not kept_at <= last < faulted.steps:
             continue
-        why = (f"the NaN gradient of step {step} was applied and step {last} logged before "
-               "the rollback: test the step's gradient norm, not only its loss, before its "
-               "update" if kind == "nan" else
-               f"the spike of step {step} showed in step {step + 1}'s loss, yet step {last} "
-               "was logged before the rollback: compare each step's loss with the previous "
-               "step's before its update")
+        why = (f"step {last} was logged (a step is logged after its update) before the "
+               f"rollback of the NaN gradient of step {step}: decide before the step's update "
+               "and record; test the step's gradient norm, not only its loss"
+               if kind == "nan" else
+               f"step {last} was logged (a step is logged after its update) before the "
+               f"rollback, though the spike of step {step} showed in step {step + 1}'s loss: "
+               "compare each step's loss with the previous step's before its update")
         out.append(Violation("rollback", rank, last, f"the rollback before step {kept_at}'s "
                              "update is kept", f"step {last} logged first", why))
     return out
