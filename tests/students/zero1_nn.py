@@ -201,13 +201,15 @@ def train(a: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    for flag, default in (("--world-size", 4), ("--steps", 20), ("--seed", 0),
-                          ("--batch-size", 4), ("--checkpoint-every", 10)):
-        ap.add_argument(flag, type=int, default=default)
-    ap.add_argument("--resume")
-    ap.add_argument("--inject")
+    ap = argparse.ArgumentParser(description="MiniGPT with ZeRO-1 (run contract v1)")
+    ap.add_argument("--out", type=Path, required=True, help="run directory")
+    ap.add_argument("--world-size", type=int, default=4, help="data-parallel ranks")
+    ap.add_argument("--steps", type=int, default=20, help="last step")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=4, help="sequences per rank per step")
+    ap.add_argument("--checkpoint-every", type=int, default=10, help="0: never")
+    ap.add_argument("--resume", help="a checkpoint directory to start from")
+    ap.add_argument("--inject", help="KIND@STEP: nan or spike")
     a = ap.parse_args()
     if "RANK" in os.environ:
         train(a)
