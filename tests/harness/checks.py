@@ -367,6 +367,9 @@ def check_parity(base: Run, single: Run) -> list[Violation]:
     return out
 
 
+LATE_GUARD = "the rollback before step"  # how noticed_in_time's violations begin (expected)
+
+
 def noticed_in_time(faulted: Run, kind: str, step: int) -> list[Violation]:
     """The guard fires before the bad update is kept: a NaN gradient shows in step S's own
     gradient norm, before its update; a spiked update first in step S+1's loss. A rank whose
@@ -387,8 +390,8 @@ def noticed_in_time(faulted: Run, kind: str, step: int) -> list[Violation]:
                f"step {last} was logged (a step is logged after its update) before the "
                f"rollback, though the spike of step {step} showed in step {step + 1}'s loss: "
                "compare each step's loss with the previous step's before its update")
-        out.append(Violation("rollback", rank, last, f"the rollback before step {kept_at}'s "
-                             "update is kept", f"step {last} logged first", why))
+        out.append(Violation("rollback", rank, last, f"{LATE_GUARD} {kept_at}'s update is kept",
+                             f"step {last} logged first", why))
     return out
 
 

@@ -110,20 +110,17 @@ def _can_start(ids: tuple[int, int]) -> bool:
 
 
 def interpreter_paths() -> list[Path]:
-    """What a run's `python` must reach: the interpreter itself, its prefixes and its path."""
-    found = [Path(os.path.realpath(sys.executable)), Path(sys.base_prefix), Path(sys.prefix)]
-    return found + [Path(p) for p in sys.path if p and os.path.isdir(p)]
+    """What a run's `python` must reach, links resolved (a venv's `lib64`, its `python`): the
+    interpreter itself, its prefixes and its path."""
+    found = [sys.executable, sys.base_prefix, sys.prefix,
+             *(p for p in sys.path if p and os.path.isdir(p))]
+    return [Path(os.path.realpath(p)) for p in found]
 
 
 def closed_dirs(paths: list[Path]) -> list[Path]:
     """The directories above `paths` that other users cannot pass through (no execute bit
     for others), outermost first."""
-    closed: set[Path] = set()
-    for path in paths:
-        for d in path.resolve().parents:
-            with contextlib.suppress(OSError):
-                if not d.stat().st_mode & 0o001:
-                    closed.add(d)
+    closed = {d for path in paths for d in path.parents if not d.stat().st_mode & 0o001}
     return sorted(closed, key=lambda d: (len(d.parts), str(d)))
 
 
@@ -233,10 +230,8 @@ def remove_user_roots(session: str) -> None:
 def _traversable(path: Path) -> None:
     """The execute bit for others on every directory above `path` (a way through: others
     still cannot list them or write there)."""
-    for d in [*path.parents][::-1]:
-        st = d.stat()
-        if not st.st_mode & 0o001:
-            d.chmod(st.st_mode | 0o001)
+    for d in closed_dirs([path]):
+        d.chmod(d.stat().st_mode | 0o001)
 
 
 def readable(folder: Path, again: bool = False) -> None:

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable
 
+from tests.harness.checks import LATE_GUARD
 from tests.harness.violations import Violation
 
 Diagnoser = Callable[[list[Violation], int], list[str]]
@@ -151,7 +152,7 @@ def _resume_files(vs: list[Violation]) -> list[str]:
 def _rollback(vs: list[Violation], n: int) -> list[str]:
     if any(v.message.startswith("gradients accumulate") for v in vs):
         return [ACCUMULATE]
-    late = [v for v in vs if str(v.expected).startswith("the rollback before step")]
+    late = [v for v in vs if str(v.expected).startswith(LATE_GUARD)]
     if late:  # the check read the order the run logged in: its words are the hint
         return [f"the guard fired too late: {late[0].message}"]
     missing = {v.rank for v in vs if str(v.expected).startswith("a rollback event")}

@@ -234,11 +234,11 @@ def _diagnosis(sent: dict[str, float], reduced: dict[str, float], n: int, P: int
         return (f"the gradient is reduced twice: {named(reductions[0])} and "
                 f"{named(reductions[1])} each reduce every element (e.g. DDP's all-reduce "
                 "composed with ZeRO's reduce-scatter): reduce each gradient once")
-    times = {k: round(reduced[k] / full) for k in reductions}
-    if reductions and times[reductions[0]] >= 2:
-        k = reductions[0]
-        return (f"the gradient is reduced {times[k]} times per step at one call site: "
-                f"{named(k)}, each call reducing every element (e.g. once per micro-batch): "
+    times = round(reduced[reductions[0]] / full) if reductions else 0
+    if times >= 2:
+        return (f"the gradient is reduced {times} times per step at one call site: "
+                f"{named(reductions[0])}, each call reducing every element (e.g. once per "
+                "micro-batch): "
                 "reduce the accumulated gradient once per step, after the last backward")
     if reductions and reductions[0].startswith("all_reduce") and gathers:
         return (f"all-reduce where a reduce-scatter suffices: {named(reductions[0])} gives "
@@ -316,10 +316,10 @@ def check_measured_memory(runs: dict[int, Run]) -> list[Violation]:
     # state updated out of place (a new tensor every step); those plus the ones replaced by
     # a storage of the same size may take in a collective's buffer still held at a snapshot
     # (runs of N >= 2 only, so it lowers the estimate). The larger one counts.
-    same = {n: b for n, r in runs.items() if n in measured
-            and (b := persistent_bytes(r, same_storage=True)) is not None}
-    shrink = max(_sharded(measured), _sharded(same) if same.keys() == measured.keys()
-                 else float("-inf"))
+    # (Both come from the same memory record: where one is measured, so is the other.)
+    same = {n: b if (s := persistent_bytes(runs[n], same_storage=True)) is None else s
+            for n, b in measured.items()}
+    shrink = max(_sharded(measured), _sharded(same))
     need = (12 - MEMORY_TOLERANCE_P) * P
     if shrink < need:
         logged = {n: (r.parsed.records.get(0, {}).get(r.steps) or {}).get("optimizer_bytes")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.harness.checks import Run
+from tests.harness.checks import LATE_GUARD, Run
 from tests.harness.observed_checks import params_of, persistent_bytes, traffic_per_step
 from tests.harness.violations import Violation
 
@@ -96,7 +96,7 @@ def _restart(runs: list[Run], violations: list[Violation]) -> dict[str, Any] | N
     if not original.parsed.records.get(0) or not other.parsed.records.get(0):
         return None  # nothing logged to compare: the failure's words say why
     def kept(v: Violation) -> bool:  # a guard that fired late: where it kept a bad update
-        return str(v.expected).startswith("the rollback before")
+        return str(v.expected).startswith(LATE_GUARD)
     parted = min((v.step for v in violations if v.step and not kept(v)), default=None)
     late = min((v.step for v in violations if v.step and kept(v)), default=None)
     return {"kind": "restart", "parted": parted, "kept": late,

@@ -62,8 +62,8 @@ def check_data_parallel(run: Run, batch_size: int) -> list[Violation]:
             if tokens is not None and tokens != want:
                 found[r] = (s, tokens)
                 break
-    every = n >= 2 and len(found) == n and len({t for _, t in found.values()}) == 1
-    alike = next(iter(found.values()))[1] if every else None
+    seen = {t for _, t in found.values()}
+    alike = seen.pop() if n >= 2 and len(found) == n and len(seen) == 1 else None  # every rank
     for r, (s, tokens) in sorted(found.items()):
         rows = tokens / CONTEXT
         if alike == n * want:
