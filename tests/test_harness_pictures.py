@@ -16,6 +16,7 @@ from tests.harness.observed_checks import check_measured_memory
 from tests.harness.pictures import as_text, facts, render
 from tests.harness.runner import Watch
 from tests.harness.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunCache
+from tests.harness.state_checks import check_state_location
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "tests" / "mutants" / "launch.py"
@@ -30,14 +31,15 @@ def failures(reference_only, run_cache, run, deadlocked):
     """invariant -> (facts, test id) for failures of the catalogue's mutants."""
     nb, single = mutant(run_cache, "no_broadcast"), run(SINGLE)
     moments = [mutant(run_cache, "checkpoint_without_moments", s) for s in (BASE, RESUMED)]
-    mem = {s.world_size: mutant(run_cache, "replicated_moments", s) for s in (MEM1, N2, BASE)}
+    mem = {s.world_size: mutant(run_cache, "whole_moments", s) for s in (MEM1, N2, BASE)}
     return {
         "no_deadlock": facts("no_deadlock", [deadlocked], []),
         "single_process_parity": facts("single_process_parity", [nb, single],
                                        check_parity(nb, single)),
         "byte_exact_resume": facts("byte_exact_resume", moments,
                                    check_resume(moments[0], moments[1], 10)),
-        "zero1_memory": facts("zero1_memory", list(mem.values()), check_measured_memory(mem)),
+        "zero1_memory": facts("zero1_memory", list(mem.values()),
+                              check_state_location(mem) + check_measured_memory(mem)),
     }
 
 
@@ -55,6 +57,9 @@ def test_each_failure_has_facts_that_read_as_text_and_draw(failures, tmp_path):
     assert "<- parts" in as_text(failures["byte_exact_resume"])
     memory = as_text(failures["zero1_memory"])
     assert "12P/N" in memory and "30,080" in memory
+    held = {ln.split()[0]: ln.split()[1:3] for ln in memory.splitlines()
+            if ln[:1].isdigit() and len(ln.split()) == 4}  # the located moments, per N
+    assert held["4"] == ["30,080", "30,080"] and held["1"] == ["30,080", "30,080"]
 
 
 def test_feedback_embeds_a_picture_per_failed_check_and_none_when_passing(failures,

@@ -2,7 +2,8 @@
 step, the checkpoint shards hold exactly that state and the parameters logged for their step,
 memory per rank shrinks as 1/N (N = 1, 2, 4, and the uneven N = 3), and so does what each rank
 really keeps: the tensor storages alive at two points of the run, as the observer counted them
-(at least 12P bytes of it sharded over N = 1, 2, 4)."""
+(at least 12P bytes of it sharded over N = 1, 2, 4), and where Adam's moments live: the
+storages that hold the values each rank checkpoints, which must shrink as 1/N."""
 
 import json
 
@@ -11,6 +12,7 @@ import pytest
 from tests.harness.checks import check_memory_scaling, check_zero_memory
 from tests.harness.observed_checks import check_measured_memory, persistent_bytes
 from tests.harness.runs import BASE, MEM1, N2, N3, SINGLE
+from tests.harness.state_checks import check_state_location, located
 
 
 @pytest.mark.parametrize("spec", [BASE, SINGLE, N2, N3], ids=lambda s: s.name)
@@ -32,3 +34,12 @@ def test_measured_persistent_state_shrinks_by_12P(run, holds, record_property):
         n: (r.parsed.records.get(0, {}).get(r.steps) or {}).get("optimizer_bytes")
         for n, r in runs.items()}}))
     holds(check_measured_memory(runs), "persistent bytes per rank over N = 1, 2, 4")
+
+
+def test_adam_moments_live_in_shards(run, holds, record_property):
+    runs = {s.world_size: run(s) for s in (MEM1, N2, N3, BASE)}
+    if any(r.observed is None for r in runs.values()):
+        pytest.skip("the observer is off (--no-observe)")
+    record_property("observed", json.dumps({"state_storage_elements_per_rank": {
+        n: located(r) for n, r in runs.items()}}))
+    holds(check_state_location(runs), "where exp_avg and exp_avg_sq live over N = 1, 2, 3, 4")

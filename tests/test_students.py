@@ -45,6 +45,15 @@ def test_a_correct_program_in_a_third_style_passes_what_its_style_exercises(refe
 
 
 @pytest.mark.long
+def test_state_in_one_flat_storage_passes_zero1_memory(reference_only, run_cache):
+    """zero1.py's `flat_state` style: master, exp_avg and exp_avg_sq as views of one buffer of
+    3·ceil(P/N) elements (torch.optim.Adam on a view): found where it lives, it shrinks as
+    1/N like three separate tensors."""
+    found = evaluate(lambda spec: run_cache.get(student("flat_state"), spec), ("zero1_memory",))
+    assert not found["zero1_memory"], summarize(found["zero1_memory"])
+
+
+@pytest.mark.long
 @pytest.mark.parametrize("mistake, targets, hint", [
     ("whole_batch", ("communication",), "every rank trained on the whole global batch of 16"),
     ("whole_batch_no_reduction", ("communication",), "never reduced across ranks"),

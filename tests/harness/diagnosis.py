@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from tests.harness.checks import LATE_GUARD
+from tests.harness.state_checks import WHOLE_HINT
 from tests.harness.violations import Violation
 
 Diagnoser = Callable[[list[Violation], int], list[str]]
@@ -119,7 +120,8 @@ def _monotonic(vs: list[Violation], n: int) -> list[str]:
 
 
 def _memory(vs: list[Violation], n: int) -> list[str]:
-    found: list[str] = []
+    # Located first: it names the tensor and its storage.
+    found = [f"measured: {v.message}" for v in vs if v.message.endswith(WHOLE_HINT)]
     for v in vs:
         if "kept whole" in v.message:
             shrink = _number(str(v.found).split("(")[-1])  # "(7.9P)"

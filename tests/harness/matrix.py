@@ -21,6 +21,7 @@ from tests.harness.observed_checks import (
     check_zero_traffic,
 )
 from tests.harness.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunSpec, fault_step, faulted
+from tests.harness.state_checks import check_state_location
 from tests.harness.violations import Violation
 from tests.harness.work_checks import check_data_parallel, check_reduced
 
@@ -30,7 +31,8 @@ ROLLBACK_PROBE = ("nan", fault_step("nan", 0))  # the graded module's, under see
 CHECKS: dict[str, Callable[[Getter], list[Violation]]] = {
     "monotonic_loss": lambda run: check_monotonic_loss(run(BASE)),
     "equal_rank_norms": lambda run: check_equal_norms(run(BASE)),
-    "zero1_memory": lambda run: check_zero_memory(run(BASE)) + check_measured_memory(
+    "zero1_memory": lambda run: check_zero_memory(run(BASE)) + check_state_location(
+        {1: run(MEM1), 2: run(N2), 4: run(BASE)}) + check_measured_memory(
         {1: run(MEM1), 2: run(N2), 4: run(BASE)}),
     "communication": lambda run: (check_genuine_ranks(run(BASE)) + check_same_sequence(run(BASE))
                                   + check_zero_traffic(run(BASE))

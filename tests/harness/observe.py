@@ -72,6 +72,7 @@ class ProcessTrace:
     backwards: list[int] = field(default_factory=list)  # start times, ns
     work: list[dict[str, int]] = field(default_factory=list)  # per backward: tokens, rows
     memory: list[dict[str, Any]] = field(default_factory=list)
+    state: dict[str, Any] | None = None  # where its optimizer state lives (first checkpoint)
     stack: str = ""
 
     def open_call(self) -> Call | None:
@@ -189,6 +190,8 @@ def read_process(path: Path) -> ProcessTrace | None:
             trace.work.append({k: int(rec[k]) for k in ("tokens", "rows") if k in rec})
         elif ev == "mem":
             trace.memory.append(rec)
+        elif ev == "state" and trace.state is None:
+            trace.state = rec
     if trace is not None:
         stack = path.parent / f"stack-{trace.pid}.txt"
         if stack.is_file():

@@ -23,6 +23,7 @@ from typing import Any
 
 from tests.harness.checks import LATE_GUARD, Run
 from tests.harness.observed_checks import params_of, persistent_bytes, traffic_per_step
+from tests.harness.state_checks import CHARGED, located
 from tests.harness.violations import Violation
 
 KINDS = {"no_deadlock": "timeline", "communication": "timeline", "monotonic_loss": "curves",
@@ -85,10 +86,15 @@ def _memory(runs: list[Run]) -> dict[str, Any] | None:
     logged = {str(n): (r.parsed.records.get(0, {}).get(r.steps) or {}).get("optimizer_bytes")
               for n, r in sorted(by_n.items())}
     measured = {str(n): persistent_bytes(r) for n, r in sorted(by_n.items())}
+    # The storages each moment was found in (the largest total over ranks), per N.
+    state = {str(n): {name: max(ranks[name] for ranks in found.values() if name in ranks)
+                      for name in CHARGED if any(name in ranks for ranks in found.values())}
+             for n, r in sorted(by_n.items()) if (found := located(r))}
     if not any(logged.values()) and not any(v is not None for v in measured.values()):
         return None
     return {"kind": "memory", "P": P, "logged": logged,
-            "measured": {k: v for k, v in measured.items() if v is not None}}
+            "measured": {k: v for k, v in measured.items() if v is not None},
+            "state": {k: v for k, v in state.items() if v}}
 
 
 def _restart(runs: list[Run], violations: list[Violation]) -> dict[str, Any] | None:
@@ -150,6 +156,13 @@ def as_text(f: dict[str, Any], width: int = 100) -> str:
         for n in sorted(set(f["logged"]) | set(f["measured"]), key=int):
             lines.append(f"{n:<3} {f['measured'].get(n) or '-':>30}   "
                          f"{f['logged'].get(n) or '-':>22}   {12 * f['P'] // int(n):>9,}")
+        if f.get("state"):
+            lines.append("")
+            lines.append("N   storage holding exp_avg   holding exp_avg_sq   ceil(P/N) (elements)")
+            for n, held in sorted(f["state"].items(), key=lambda kv: int(kv[0])):
+                lines.append(f"{n:<3} {held.get('exp_avg') or '-':>23,}   "
+                             f"{held.get('exp_avg_sq') or '-':>18,}   "
+                             f"{-(-f['P'] // int(n)):>9,}")
     else:
         a, b = list(f["runs"])
         lines.append(f"step  {'loss ' + a[:9]:>14}  {'loss ' + b[:9]:>14}  "
@@ -236,6 +249,11 @@ def _draw_curves(f: dict[str, Any], axes: Any) -> None:
 def _draw_memory(f: dict[str, Any], axes: Any) -> None:
     """What each rank stops holding as N grows, against what ZeRO-1 sheds: 12P(1 - 1/N)."""
     ax, note = axes
+    note.axis("off")
+    note.text(0, 0.5, as_text(f), family="monospace", fontsize=7, va="center")
+    if f.get("state"):
+        _draw_state(f, ax)
+        return
     P = f["P"]
     ns = sorted({int(n) for n in [*f["logged"], *f["measured"]]})
     ax.plot(ns, [12 * P * (1 - 1 / n) for n in ns], "k--", lw=2.5,
@@ -251,8 +269,24 @@ def _draw_memory(f: dict[str, Any], axes: Any) -> None:
     ax.set_ylabel("bytes")
     ax.set_title("what each rank stops holding as N grows", fontsize=9)
     ax.legend(fontsize=7)
-    note.axis("off")
-    note.text(0, 0.5, as_text(f), family="monospace", fontsize=7, va="center")
+
+
+def _draw_state(f: dict[str, Any], ax: Any) -> None:
+    """The storage each moment lives in, per N, against its N = 1 size over N."""
+    state = {int(n): held for n, held in f["state"].items()}
+    ns = sorted(state)
+    for name, style in (("exp_avg", "o-"), ("exp_avg_sq", "s--")):
+        pts = [(n, state[n][name]) for n in ns if name in state[n]]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), style, label=f"storage holding {name}")
+    base = state.get(1, {}).get("exp_avg") or state.get(1, {}).get("exp_avg_sq")
+    if base:
+        ax.plot(ns, [base / n for n in ns], "k:", lw=2.5, label="ZeRO-1: its N = 1 size / N")
+    ax.set_xlabel("N (ranks)")
+    ax.set_xticks(ns)
+    ax.set_ylabel("elements (float32)")
+    ax.set_title("where Adam's moments live (largest rank)", fontsize=9)
+    ax.legend(fontsize=7)
 
 
 def _draw_restart(f: dict[str, Any], axes: Any) -> None:

@@ -210,6 +210,36 @@ def replicated_moments() -> None:
     zero.ZeroOneAdam.__init__ = init  # type: ignore[method-assign]
 
 
+def _whole_with_temporaries(names: tuple[str, ...]) -> Callable[[], None]:
+    """State tensors `names` allocated for the whole flat vector on every rank, as a student
+    writes it: each rank updates, logs (optimizer_bytes from its slice views: the formula
+    12·ceil(P/N)) and checkpoints only its slice, so its traffic and files are ZeRO-1's. The
+    loop keeps three shard-sized temporaries from one step to the next (m-hat, v-hat, the
+    reduced gradient), as most loops do: they shrink as 1/N and fill the 12P that a sum of
+    what shrinks looks for."""
+    def patch() -> None:
+        init, update = zero.ZeroOneAdam.__init__, zero.ShardedAdam.update
+
+        def whole_init(self: zero.ZeroOneAdam, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            start, stop = self.layout.bounds(self.rank)
+            for name in names:
+                whole = self._flat.clone() if name == "master" else \
+                    torch.zeros(self.layout.padded_size)
+                setattr(self.shard, name, whole[start:stop])  # the view keeps it whole
+
+        def keep_temporaries(self: zero.ShardedAdam, grad: torch.Tensor,
+                             lr_scale: float = 1.0) -> None:
+            update(self, grad, lr_scale)
+            t = float(self.step_count)
+            self._temporaries = (  # type: ignore[attr-defined]
+                self.exp_avg / (1 - self.betas[0] ** t),
+                self.exp_avg_sq / (1 - self.betas[1] ** t), grad.clone())
+        zero.ZeroOneAdam.__init__ = whole_init  # type: ignore[method-assign]
+        zero.ShardedAdam.update = keep_temporaries  # type: ignore[method-assign]
+    return patch
+
+
 def ddp_and_zero() -> None:
     """Lesson 77's DDP composed with lesson 78's ZeRO: the full gradient is all-reduced
     (averaged) and then reduce-scattered again. Right numbers, twice the gradient traffic."""
@@ -324,6 +354,15 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            main=one_process.main, hint="one process did the work"),
     Mutant("replicated_moments", ("zero1_memory",), replicated_moments, hint="allocated whole"),
     Mutant("ddp_and_zero", ("communication",), ddp_and_zero, hint="reduced twice"),
+    # the state found where it lives: whole tensors behind formula bytes, ZeRO-1's traffic
+    Mutant("whole_moments", ("zero1_memory",),
+           _whole_with_temporaries(("exp_avg", "exp_avg_sq")),
+           hint="exp_avg is held in a storage of"),
+    Mutant("whole_second_moment", ("zero1_memory",), _whole_with_temporaries(("exp_avg_sq",)),
+           hint="exp_avg_sq is held in a storage of"),
+    Mutant("whole_state_zero1_traffic", ("zero1_memory",),
+           _whole_with_temporaries(("master", "exp_avg", "exp_avg_sq")),
+           hint="exp_avg is held in a storage of"),
     Mutant("unmatched_recv", ("communication", "no_deadlock"), unmatched_recv,
            hint="blocked in recv(src=1)"),
     # the work itself: each rank's share of the batch, reductions, gradients per step

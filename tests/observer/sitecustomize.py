@@ -21,6 +21,9 @@ What it records, and from where:
   the loss's target), whatever modules or functions built it;
 - `mem`: the tensor storages alive at two backward calls, and what the rank held from one
   to the other (alive at both, or replaced by a storage of the same size);
+- `state`: at the first checkpoint shard the process saves (`torch.save` of the contract's
+  `master` / `exp_avg` / `exp_avg_sq`), the storages that hold those values and their sizes
+  (`_observer_state.py`): where the optimizer state lives;
 - on SIGUSR1 (sent by the runner to a hung run) `faulthandler` dumps every thread's stack.
 
 It must not change what a run computes: it reads tensors' sizes and storages, and the bytes
@@ -346,6 +349,33 @@ class _Observer:
                     continue
         return storages, params
 
+    # -- where the optimizer state lives --------------------------------------------------------
+    def patch_save(self, torch: Any) -> None:
+        """`torch.save` (and `torch.serialization.save`, the same function): after the first
+        checkpoint shard this process saves, locate its state tensors in memory."""
+        import functools
+
+        real = torch.serialization.save
+        done: set[int] = set()  # processes that located their state (a forked rank too)
+
+        @functools.wraps(real)
+        def observed(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            result = real(obj, *args, **kwargs)
+            if os.getpid() not in done:
+                try:
+                    import _observer_state as state
+
+                    saved = state.saved_state(obj)
+                    if saved:
+                        done.add(os.getpid())
+                        self.emit({"ev": "state", "at": self.backwards,
+                                   "tensors": state.locate(saved)})
+                except Exception as e:  # never let the observer break the save
+                    done.add(os.getpid())
+                    self.emit({"ev": "state", "error": repr(e)[:200]})
+            return result
+        torch.save = torch.serialization.save = observed
+
 
 def _tensors(value: object) -> list[Any]:
     import torch
@@ -458,7 +488,7 @@ def _call_site() -> str:
     return "?"
 
 
-def _imported_torch(_: Any) -> None:
+def _imported_torch(torch: Any) -> None:
     """torch's own objects (~165,000 once imported) move to gc's permanent generation, so the
     memory snapshot walks only what the program made since; walking all of them wrote to
     every page a forked rank shares with its parent (copy-on-write), ~0.15 s per rank. The
@@ -467,6 +497,7 @@ def _imported_torch(_: Any) -> None:
     import gc
 
     gc.freeze()
+    _OBSERVER.patch_save(torch)
 
 
 class _Hook:

@@ -28,6 +28,9 @@ import torch.nn.functional as F
 
 MISTAKES = ("whole_batch", "whole_batch_no_reduction", "allreduce_then_slice",
             "grads_never_cleared")
+# Correct variants, another way to write the same thing: `flat_state` keeps the master and
+# both moments as views of one flat buffer of 3S elements (one allocation, one storage).
+STYLES = ("flat_state",)
 V, T, C, H, L = 64, 16, 32, 4, 2  # vocabulary, context, width, heads, blocks
 
 
@@ -104,18 +107,31 @@ def train(rank: int, a: argparse.Namespace) -> None:
         else data[rank * B:(rank + 1) * B]
     x, y = rows[:, :-1], rows[:, 1:]
 
-    master = flat[rank * S:(rank + 1) * S].clone().requires_grad_(True)
+    if a.mistake == "flat_state":
+        state = torch.zeros(3 * S)
+        master, exp_avg, exp_avg_sq = state.split(S)  # views of one storage
+        master.copy_(flat[rank * S:(rank + 1) * S]).requires_grad_(True)
+    else:
+        master = flat[rank * S:(rank + 1) * S].clone().requires_grad_(True)
+        exp_avg, exp_avg_sq = torch.zeros(S), torch.zeros(S)
     opt = torch.optim.Adam([master], lr=0.01)
-    opt.state[master] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros(S),
-                         "exp_avg_sq": torch.zeros(S)}  # allocated up front: 12S bytes
+    opt.state[master] = {"step": torch.tensor(0.0), "exp_avg": exp_avg,
+                         "exp_avg_sq": exp_avg_sq}  # allocated up front: 12S bytes
+
+    def load(shard: dict[str, torch.Tensor]) -> None:
+        """Into the tensors the optimizer already has (so the flat buffer stays one)."""
+        st = opt.state[master]
+        with torch.no_grad():
+            for name, t in (("master", master), ("exp_avg", st["exp_avg"]),
+                            ("exp_avg_sq", st["exp_avg_sq"])):
+                t.copy_(shard[name])
+        st["step"] = torch.tensor(float(shard["step"]))
+
     start = 0
     if a.resume:
         shard = torch.load(Path(a.resume) / f"rank-{rank}.pt", weights_only=True)
         start = json.loads((Path(a.resume) / "manifest.json").read_text())["step"]
-        with torch.no_grad():
-            master.copy_(shard["master"])
-        opt.state[master] = {"step": torch.tensor(float(shard["step"])),
-                             "exp_avg": shard["exp_avg"], "exp_avg_sq": shard["exp_avg_sq"]}
+        load(shard)
         dist.all_gather_into_tensor(flat, master.detach())
 
     params = {}
@@ -177,11 +193,7 @@ def train(rank: int, a: argparse.Namespace) -> None:
                 raise SystemExit(f"rank {rank}: diverged at step {step}, giving up")
             shard = torch.load(done[-1] / f"rank-{rank}.pt", weights_only=True)
             back = json.loads((done[-1] / "manifest.json").read_text())["step"]
-            with torch.no_grad():
-                master.copy_(shard["master"])
-            opt.state[master] = {"step": torch.tensor(float(shard["step"])),
-                                 "exp_avg": shard["exp_avg"].clone(),
-                                 "exp_avg_sq": shard["exp_avg_sq"].clone()}
+            load(shard)
             dist.all_gather_into_tensor(flat, master.detach())
             unflatten()
             log({"event": "rollback", "rank": rank, "step": step, "to_step": back,
@@ -213,7 +225,7 @@ def train(rank: int, a: argparse.Namespace) -> None:
 
 
 def main(argv: list[str]) -> None:
-    mistake = argv.pop(0) if argv and argv[0] in MISTAKES else None
+    mistake = argv.pop(0) if argv and argv[0] in MISTAKES + STYLES else None
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     for flag, default in (("--world-size", 4), ("--steps", 20), ("--seed", 0),

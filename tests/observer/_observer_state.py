@@ -1,0 +1,99 @@
+"""Where a rank's optimizer state lives, found by what it holds (loaded by the observer).
+
+When a rank saves its checkpoint shard (`torch.save` of a dict with the contract's `master`,
+`exp_avg` and `exp_avg_sq`), those tensors hold exactly its optimizer state at that moment.
+`locate(saved)` searches every tensor storage Python can reach for the saved values and
+returns, per state tensor, the storages that hold them and how large each one is, whatever
+object owns them (a class, a dict, torch's Adam, one flat buffer) and whether the program
+updates in place or out of place. A moment allocated for the whole parameter vector shows
+as a storage of P elements however much of it the program touches; a temporary of a shard's
+size (m-hat, the reduced gradient) holds other values and is never counted.
+
+It reads storages only (as int32 bit patterns, so -0.0 and NaN compare as they are stored)
+and keeps nothing alive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STATE_NAMES = ("master", "exp_avg", "exp_avg_sq")
+CHUNK = 32  # values per piece searched for: pieces of the saved tensor, each located apart
+MIN_DISTINCT = 4  # a piece with fewer distinct values (padding zeros) proves nothing
+
+
+def saved_state(obj: object) -> dict[str, Any]:
+    """The contract's state tensors in what `torch.save` was given (empty: not a shard)."""
+    import torch
+
+    if not isinstance(obj, dict):
+        return {}
+    found = {k: obj[k] for k in STATE_NAMES
+             if isinstance(obj.get(k), torch.Tensor) and obj[k].dtype == torch.float32
+             and obj[k].device.type == "cpu" and obj[k].numel() >= CHUNK}
+    return found if "exp_avg" in found or "exp_avg_sq" in found else {}
+
+
+def _bits(t: Any) -> Any:
+    return t.detach().reshape(-1).contiguous().view(__import__("torch").int32).numpy()
+
+
+def _storages(torch: Any) -> tuple[dict[int, Any], set[int]]:
+    """Every CPU storage Python can reach (data_ptr -> storage), and the parameters' ones."""
+    import gc
+
+    storages: dict[int, Any] = {}
+    params: set[int] = set()
+    for obj in gc.get_objects():
+        if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no __class__
+            continue
+        try:
+            tensors = [obj, obj.grad] if isinstance(obj, torch.nn.Parameter) else [obj]
+            for t in tensors:
+                if t is None or t.is_meta or t.is_sparse or t.device.type != "cpu":
+                    continue
+                s = t.untyped_storage()
+                if s.nbytes() >= 4 * CHUNK:
+                    storages.setdefault(s.data_ptr(), s)
+            if isinstance(obj, torch.nn.Parameter):
+                params.add(obj.untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError):
+            continue
+    return storages, params
+
+
+def locate(saved: dict[str, Any]) -> dict[str, Any]:
+    """Per state tensor: its size, how many of its pieces could be told apart, and every
+    storage holding any of them: elements (as float32), pieces held, whether it belongs to a
+    parameter, and whether it is one of the saved tensors' own storages."""
+    import numpy as np
+    import torch
+
+    storages, params = _storages(torch)
+    own = {t.untyped_storage().data_ptr() for t in saved.values()}
+    arrays = {ptr: torch.empty(0, dtype=torch.int32).set_(s).numpy()
+              for ptr, s in storages.items() if s.nbytes() % 4 == 0}
+    out: dict[str, Any] = {}
+    for name, tensor in saved.items():
+        bits = _bits(tensor)
+        pieces = [bits[i:i + CHUNK] for i in range(0, len(bits) - CHUNK + 1, CHUNK)]
+        usable = [k for k, p in enumerate(pieces) if len(np.unique(p)) >= MIN_DISTINCT]
+        by_anchor: dict[int, list[int]] = {}
+        for k in usable:
+            by_anchor.setdefault(int(pieces[k][0]), []).append(k)
+        anchors = np.fromiter(by_anchor, dtype=np.int32, count=len(by_anchor))
+        holders = []
+        for ptr, arr in arrays.items():
+            held: set[int] = set()
+            for pos in np.flatnonzero(np.isin(arr, anchors)):
+                for k in by_anchor[int(arr[pos])]:
+                    if k not in held and pos + CHUNK <= len(arr) and \
+                            np.array_equal(arr[pos:pos + CHUNK], pieces[k]):
+                        held.add(k)
+            if held:
+                holders.append({"elements": len(arr), "pieces": len(held),
+                                "param": ptr in params, "saved": ptr in own})
+        out[name] = {"numel": int(tensor.numel()), "pieces": len(usable),
+                     "holders": sorted(holders, key=lambda h: -h["elements"])}
+    del arrays
+    return out

@@ -1,0 +1,127 @@
+"""Where the optimizer state lives: the observer's locator on real tensors in this process,
+and the check on synthetic records, for every way a correct program may lay out its state
+and the ways a wrong one keeps a moment whole."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.harness.diagnosis import diagnose
+from tests.harness.state_checks import WHOLE_HINT, check_state_location
+from tests.test_harness_observe import observed_run, rank_trace
+
+OBSERVER = Path(__file__).resolve().parent / "observer" / "_observer_state.py"
+
+
+def _locator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_observer_state", OBSERVER)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _elements(found: dict, name: str, saved: bool = False) -> list[int]:
+    return [h["elements"] for h in found[name]["holders"] if h["saved"] == saved]
+
+
+def test_the_locator_finds_each_layout_by_its_values_and_not_its_temporaries():
+    locate = _locator()
+    P, n = 30_080, 7_520
+    g = torch.Generator().manual_seed(1)
+    sharded = {k: torch.randn(n, generator=g) for k in ("master", "exp_avg", "exp_avg_sq")}
+    m_hat = sharded["exp_avg"] / 0.65  # a loop temporary: other values, the same size
+    whole_v = torch.zeros(P)
+    whole_v[n:2 * n] = torch.rand(n, generator=g)
+    flat = torch.randn(3 * n, generator=g)
+    saved = {"master": sharded["master"].clone(), "exp_avg": sharded["exp_avg"].clone(),
+             "exp_avg_sq": whole_v[n:2 * n].clone(), "step": 10}
+    found = locate.locate(locate.saved_state(saved))
+    assert _elements(found, "exp_avg") == [n] and _elements(found, "exp_avg", True) == [n]
+    assert _elements(found, "exp_avg_sq") == [P]  # allocated whole, one slice used
+    in_one = {"master": flat[:n], "exp_avg": flat[n:2 * n], "exp_avg_sq": flat[2 * n:]}
+    found = locate.locate(locate.saved_state(in_one))
+    assert all(_elements(found, k, True) == [3 * n] for k in in_one)  # one storage, saved
+    assert locate.saved_state({"weights": torch.ones(n)}) == {}  # not a shard: no search
+    del m_hat
+
+
+def _state(numel: int, holders: list[tuple[int, bool]], pieces: int | None = None) -> dict:
+    pieces = pieces or numel // 32
+    return {"ev": "state", "tensors": {name: {
+        "numel": numel, "pieces": pieces,
+        "holders": [{"elements": e, "pieces": pieces, "param": False, "saved": s}
+                    for e, s in holders]} for name in ("master", "exp_avg", "exp_avg_sq")}}
+
+
+def _runs(P: int, layout: dict[int, list[tuple[int, bool]]]) -> dict:
+    runs = {}
+    for n, holders in layout.items():
+        procs = []
+        for r in range(n):
+            p = rank_trace(r, n, [], P=P)
+            p.state = _state(-(-P // n), holders)
+            procs.append(p)
+        runs[n] = observed_run(procs, n, 6, P)
+    return runs
+
+
+@given(P=st.integers(3_000, 3_000_000), k=st.integers(1, 4), copy=st.booleans(),
+       ns=st.sampled_from([(2, 4), (2, 3, 4), (3,), (4,)]))
+def test_state_that_shrinks_as_1_over_N_passes_however_it_is_packed(P, k, copy, ns):
+    """Separate tensors (k = 1) or k shard-sized tensors in one flat storage, saved as they
+    are or through a copy, odd P and padding (N = 3) included."""
+    def holders(n: int) -> list[tuple[int, bool]]:
+        shard = -(-P // n)
+        return [(k * shard, False)] + ([(shard, True)] if copy else [])
+    assert check_state_location(_runs(P, {n: holders(n) for n in (1, *ns)})) == []
+
+
+@given(P=st.integers(3_000, 3_000_000), n=st.sampled_from([2, 3, 4, 8]), copy=st.booleans())
+def test_a_moment_allocated_whole_is_named_with_its_storage(P, n, copy):
+    shard = -(-P // n)
+    layout = {1: [(P, False)] + ([(P, True)] if copy else []),
+              n: [(P, False)] + ([(shard, True)] if copy else [])}
+    found = check_state_location(_runs(P, layout))
+    assert [v.message.split(" ")[0] for v in found] == ["exp_avg", "exp_avg_sq"]
+    v = found[0]
+    assert f"a storage of {P:,} elements on every rank (N = {n})" in v.message
+    assert f"ceil(P/N) = {shard:,}" in v.message and v.message.endswith(WHOLE_HINT)
+    assert diagnose("zero1_memory", found, n)[0].startswith("measured: exp_avg is held")
+
+
+def test_no_verdict_where_the_state_was_not_found():
+    """A state kept in pieces no storage holds whole, or no shard saved: nothing charged."""
+    P = 30_080
+    layout = {1: [(P, False)], 4: [(P, False)]}
+    runs = _runs(P, layout)
+    for p in runs[4].observed.processes:
+        for rec in p.state["tensors"].values():
+            for h in rec["holders"]:
+                h["pieces"] = rec["pieces"] // 4  # a quarter found: no verdict
+    assert check_state_location(runs) == []
+    state_of_one = runs[1].observed.processes[0].state
+    state_of_one["tensors"]["exp_avg"]["holders"] = []  # saved, but its values not found
+    assert check_state_location(runs) == []
+
+
+def test_a_run_where_no_shard_was_saved_is_not_a_pass():
+    """Nothing located because nothing was saved (a crash, a program that never checkpoints
+    through torch.save) fails, saying why; it never passes vacuously."""
+    P = 30_080
+    runs = _runs(P, {1: [(P, False)], 4: [(P // 4, False)]})
+    assert check_state_location(runs) == []
+    for p in runs[4].observed.processes:
+        p.state = None
+    runs[4].outcome.returncode = 1
+    [v] = check_state_location(runs)
+    assert v.found == "not located" and "failed before a rank saved" in v.message
+    runs[4].outcome.returncode = 0
+    [v] = check_state_location(runs)
+    assert "no process saved a checkpoint shard" in v.message
