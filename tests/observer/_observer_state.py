@@ -71,29 +71,34 @@ def locate(saved: dict[str, Any]) -> dict[str, Any]:
 
     storages, params = _storages(torch)
     own = {t.untyped_storage().data_ptr() for t in saved.values()}
-    arrays = {ptr: torch.empty(0, dtype=torch.int32).set_(s).numpy()
-              for ptr, s in storages.items() if s.nbytes() % 4 == 0}
-    out: dict[str, Any] = {}
+    pieces: dict[str, list[Any]] = {}
+    usable: dict[str, int] = {}
+    by_anchor: dict[int, list[tuple[str, int]]] = {}  # first value -> (tensor, piece)
     for name, tensor in saved.items():
         bits = _bits(tensor)
-        pieces = [bits[i:i + CHUNK] for i in range(0, len(bits) - CHUNK + 1, CHUNK)]
-        usable = [k for k, p in enumerate(pieces) if len(np.unique(p)) >= MIN_DISTINCT]
-        by_anchor: dict[int, list[int]] = {}
-        for k in usable:
-            by_anchor.setdefault(int(pieces[k][0]), []).append(k)
-        anchors = np.fromiter(by_anchor, dtype=np.int32, count=len(by_anchor))
-        holders = []
-        for ptr, arr in arrays.items():
-            held: set[int] = set()
-            for pos in np.flatnonzero(np.isin(arr, anchors)):
-                for k in by_anchor[int(arr[pos])]:
-                    if k not in held and pos + CHUNK <= len(arr) and \
-                            np.array_equal(arr[pos:pos + CHUNK], pieces[k]):
-                        held.add(k)
-            if held:
-                holders.append({"elements": len(arr), "pieces": len(held),
-                                "param": ptr in params, "saved": ptr in own})
-        out[name] = {"numel": int(tensor.numel()), "pieces": len(usable),
-                     "holders": sorted(holders, key=lambda h: -h["elements"])}
-    del arrays
-    return out
+        whole = bits[:len(bits) // CHUNK * CHUNK].reshape(-1, CHUNK)
+        pieces[name] = list(whole)
+        ordered = np.sort(whole, axis=1)
+        distinct = 1 + (ordered[:, 1:] != ordered[:, :-1]).sum(axis=1)
+        usable[name] = int((distinct >= MIN_DISTINCT).sum())
+        for k in np.flatnonzero(distinct >= MIN_DISTINCT):
+            by_anchor.setdefault(int(whole[k, 0]), []).append((name, int(k)))
+    anchors = np.fromiter(by_anchor, dtype=np.int32, count=len(by_anchor))
+    holders: dict[str, list[dict[str, Any]]] = {name: [] for name in saved}
+    for ptr, s in storages.items():
+        if s.nbytes() % 4:
+            continue
+        arr = torch.empty(0, dtype=torch.int32).set_(s).numpy()  # read only
+        held: dict[str, set[int]] = {}
+        for pos in np.flatnonzero(np.isin(arr, anchors)):
+            for name, k in by_anchor[int(arr[pos])]:
+                if k not in held.get(name, ()) and pos + CHUNK <= len(arr) and \
+                        np.array_equal(arr[pos:pos + CHUNK], pieces[name][k]):
+                    held.setdefault(name, set()).add(k)
+        for name, ks in held.items():
+            holders[name].append({"elements": len(arr), "pieces": len(ks),
+                                  "param": ptr in params, "saved": ptr in own})
+        del arr
+    return {name: {"numel": int(saved[name].numel()), "pieces": usable[name],
+                   "holders": sorted(holders[name], key=lambda h: -h["elements"])}
+            for name in saved}

@@ -367,9 +367,13 @@ class _Observer:
 
                     saved = state.saved_state(obj)
                     if saved:
+                        import time
+
                         done.add(os.getpid())
-                        self.emit({"ev": "state", "at": self.backwards,
-                                   "tensors": state.locate(saved)})
+                        t0 = time.perf_counter()
+                        found = state.locate(saved)
+                        self.emit({"ev": "state", "at": self.backwards, "tensors": found,
+                                   "ms": round(1000 * (time.perf_counter() - t0), 1)})
                 except Exception as e:  # never let the observer break the save
                     done.add(os.getpid())
                     self.emit({"ev": "state", "error": repr(e)[:200]})
