@@ -91,3 +91,21 @@ def test_bounds_that_cannot_fit_gradescopes_smallest_box_are_warned_about(tmp_pa
     assert "warning: --run-mem-mb 2048" in proc.stderr
     config = json.loads(zipfile.ZipFile(tmp_path / "a.zip").read("autograder.json"))
     assert config["run_mem_mb"] == 2048
+
+
+@pytest.mark.python_matrix
+@pytest.mark.parametrize("name, failing, hint", [
+    ("reference", (), ""),
+    ("no_broadcast", ("equal_rank_norms", "single_process_parity"),
+     "initial broadcast is missing"),
+])
+def test_the_autograder_grades_alike_on_this_python(autograder_zip, tmp_path, name, failing,
+                                                    hint):
+    """`tox -e py310 .. py313`: with this Python as the image's python3, the reference gets
+    every point and no_broadcast loses exactly its two invariants' points, with its cause."""
+    results = run_autograder(unpack(autograder_zip, tmp_path, SUBMISSIONS / name))
+    failed = {t["name"].split("::")[0].rsplit("/", 1)[-1] for t in results["tests"]
+              if t["status"] == "failed"}
+    assert failed == {f"test_invariant_{m}.py" for m in failing}, sys.version
+    assert results["score"] == pytest.approx(100 - sum(WEIGHTS[m] for m in failing))
+    assert all(hint in t["output"] for t in results["tests"] if t["status"] == "failed")
