@@ -28,7 +28,8 @@ WHY_NOT = cgbox.usable()
 needs_box = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "ok")
 pytestmark = needs_box
 REFERENCE = [sys.executable, "-m", "capstone"]
-MEMHOG = [sys.executable, str(ROOT / "tests" / "hostile" / "memhog.py")]
+HOSTILE = ROOT / "tests" / "hostile"
+MEMHOG = [sys.executable, str(HOSTILE / "memhog.py")]
 
 # A grading process in the box: one run through the run cache, its outcome on stdout.
 GRADER = textwrap.dedent("""
@@ -41,7 +42,8 @@ GRADER = textwrap.dedent("""
     box.protect_self()
     root, argv = Path(sys.argv[1]), json.loads(sys.argv[2])
     mem = box.process_cap_mb(box.read_box()) * 2**20
-    cache = RunCache(root, 60, Path.cwd(), mem, 64 * 2**20, Watch(observe=False, contain=True))
+    bound = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
+    cache = RunCache(root, bound, Path.cwd(), mem, 64 * 2**20, Watch(observe=True, contain=True))
     spec = RunSpec("box", world_size=2, batch_size=8, steps=6, checkpoint_every=3)
     print(json.dumps(asdict(cache.get(tuple(argv), spec).outcome)))
 """)
@@ -67,10 +69,11 @@ NEIGHBOUR = textwrap.dedent("""
 """)
 
 
-def grade_one_run(box: cgbox.CgBox, tmp_path: Path, argv: list[str]) -> dict:
+def grade_one_run(box: cgbox.CgBox, tmp_path: Path, argv: list[str],
+                  bound_s: float = 60.0) -> dict:
     proc = subprocess.run([sys.executable, "-c", GRADER, str(tmp_path / "runs"),
-                           json.dumps(argv)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, preexec_fn=box.enter)
+                           json.dumps(argv), str(bound_s)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900, preexec_fn=box.enter)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(json.loads(proc.stdout.splitlines()[-1]))
 
@@ -129,6 +132,55 @@ def test_a_submission_that_allocates_without_bound_is_charged(tmp_path):
     assert outcome["returncode"] not in (0, None) and outcome["oom_kills"] == 0, outcome
     assert "MemoryError" in outcome["stderr_tail"], outcome["stderr_tail"][-500:]
     assert outcome["earlier"] == [] and outcome["not_graded"] == ""
+
+
+@pytest.mark.long
+def test_a_program_that_sleeps_in_a_throttled_box_is_still_charged(tmp_path):
+    """Half a CPU throttles everything, but a program that waits forever uses none of it:
+    its hang is its own (charged at the bound), not the box's, and is not rerun."""
+    with cgbox.CgBox(1500, 0.5) as box:
+        outcome = grade_one_run(box, tmp_path, [sys.executable, str(HOSTILE / "hang.py")],
+                                bound_s=8.0)
+    assert outcome["timed_out"] and outcome["returncode"] is None, outcome
+    assert outcome["earlier"] == [] and outcome["not_graded"] == "", outcome
+
+
+# A tenant that holds `hold` MB of the box for as long as it lives (never the one killed):
+# what is left makes the run's ranks page torch's libraries in and out (thrashing), or the
+# kernel kills one of them; which one it does is the kernel's choice.
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    open("/proc/self/oom_score_adj", "w").write("-1000")
+    hold = bytearray(int(sys.argv[1]) * 2**20)
+    for i in range(0, len(hold), 4096):
+        hold[i] = 1
+    Path(sys.argv[2]).write_text("holding")
+    time.sleep(3600)
+""")
+
+
+@pytest.mark.box
+@pytest.mark.timeout(900)
+def test_a_correct_run_in_a_thrashing_box_is_never_charged(tmp_path):
+    """The box sits at its limit through both attempts: the run passes (slowly), or it is
+    NOT GRADED with what the box did (thrashing or OOM kills); it never fails."""
+    ready = tmp_path / "ready"
+    with cgbox.CgBox(900, 0.5) as box:
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, "640", str(ready)],
+                                  preexec_fn=box.enter)
+        try:
+            while not ready.exists():
+                assert holder.poll() is None, "the holder could not fill the box"
+            outcome = grade_one_run(box, tmp_path, [sys.executable,
+                                                    str(HOSTILE / "tutorial.py")], 30.0)
+        finally:
+            holder.kill()
+            holder.wait()
+    if outcome["returncode"] != 0:
+        assert outcome["earlier"], outcome  # rerun alone, longer
+        assert outcome["not_graded"].startswith(("the grading machine starved",
+                                                  "the grading machine ran out of memory"))
 
 
 # -- the autograder in Gradescope's default box (minutes each: `pytest -m box`) --------------
@@ -212,3 +264,27 @@ def test_every_mutant_is_caught_in_gradescopes_default_box(tmp_path):
     log = (tmp_path / "log").read_text()
     assert m.returncode == 0 and m.oom_kills == 0, log[-3000:]
     assert "MISSING" not in log and "passed" in log
+
+
+@pytest.mark.box
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("no_unshare", [False, True], ids=["namespaces", "unshare-refused"])
+def test_a_spawn_style_submission_is_never_charged_in_gradescopes_box(autograder_zip,
+                                                                      outside_pytest_tmp,
+                                                                      no_unshare):
+    """The DDP tutorial's mp.spawn: four interpreters import torch each, at half a CPU in
+    768 MB. Every test passes, or is NOT GRADED with the reason; none fails."""
+    if no_unshare and contain.why_not_user():
+        pytest.skip(f"no run user here: {contain.why_not_user()}")
+    submission = outside_pytest_tmp / "spawn"
+    submission.mkdir()
+    shutil.copy(HOSTILE / "tutorial.py", submission / "main.py")
+    results, _, _ = rehearse(autograder_zip, submission, outside_pytest_tmp / "root",
+                             *GRADESCOPE, no_unshare=no_unshare)
+    verdicts = _verdicts(results)
+    assert "failed" not in verdicts.values(), [t["output"][:300] for t in results["tests"]
+                                                if t.get("status") == "failed"]
+    if results["extra_data"]["not_graded"]:
+        assert results["output"].startswith("SCORE INCOMPLETE"), results["output"][:300]
+    else:
+        assert results["score"] == 100

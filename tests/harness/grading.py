@@ -109,7 +109,9 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
     banner = ""
     if not_graded:
         first = str(outcomes[min(not_graded)]["output"]).removeprefix(NOT_GRADED)
-        banner = (f"{NOT_GRADED}{len(not_graded)} test(s) could not be graded: "
+        banner = (f"SCORE INCOMPLETE: {len(not_graded)} of {len(tests)} tests could not be "
+                  "graded, through the grading machine's fault, not the submission's; they "
+                  "count 0 here until the instructor regrades on a larger machine. "
                   f"{one_line(first, 400)}\n\n")
     results = {"score": round(total, 4),  # summed before rounding: 100, not 100.0001
                "execution_time": round(elapsed_s, 3),

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import box, contain
+from tests.harness import box, contain, stress
 from tests.harness.grading import LIKELY, NOT_GRADED, graded_name, one_line, write_results
 from tests.harness.runner import SESSION_VAR, kill_pids, processes_with_token, session_prefix
 
@@ -154,6 +154,12 @@ class SuiteReport:
                     tr.write_line(f"{name[:50]:<50} {key}: {value}")
         tr.write_line(f"containment of runs: {containment_line()}")
         tr.write_line(f"box: {box.read_box().describe()}")
+        factory = getattr(self.config, "_tmp_path_factory", None)  # the session's runs' root
+        bound = stress.bound_line(factory.getbasetemp() / "capstone-runs",
+                                  self.config.getoption("run_timeout"),
+                                  self.config.getoption("hang_after")) if factory else ""
+        if bound:
+            tr.write_line(bound)
         tr.write_line(f"processes left behind by runs: {len(self.left_behind)}")
         path = self.config.getoption("grade_json")
         if path:

@@ -39,7 +39,7 @@ from typing import Any
 
 import psutil
 
-from tests.harness import box, contain
+from tests.harness import box, contain, stress
 from tests.harness.contain import GRACE_S  # by name: Watch's field `contain` hides the module
 from tests.harness.observe import OBSERVER_DIR, deadlocked, load_observation, stacks, where_blocked
 from tests.harness.procfs import live_processes
@@ -75,6 +75,8 @@ class Outcome:
     earlier: list[str] = field(default_factory=list)  # how attempts the box spoiled ended
     not_graded: str = ""  # the box failed this run twice: why it is not graded
     ended_ns: int = 0  # wall clock (time.time_ns) when the run ended or was stopped
+    stress: dict[str, float] = field(default_factory=dict)  # the box's counters (stress.py)
+    reached_collective: bool = False  # some rank of it entered a collective or a send
 
     def save(self, path: Path) -> None:
         """Atomically, and never through a link a run may have planted at `path`."""
@@ -84,9 +86,18 @@ class Outcome:
         os.replace(tmp, path)
 
     def ended_by_the_box(self) -> bool:
-        """The run did not end well while the kernel OOM-killed something: the box's doing
-        (the run's own processes are capped by --run-mem-mb and get MemoryError instead)."""
-        return self.oom_kills > 0 and self.returncode != 0
+        """The run did not end well while the kernel OOM-killed something, or while the box
+        starved it (`starved`): the box's doing (the run's own processes are capped by
+        --run-mem-mb and get MemoryError instead)."""
+        return self.returncode != 0 and (self.oom_kills > 0 or bool(self.starved()))
+
+    def starved(self) -> str:
+        """Why the box, not the program, failed this run (memory thrashing, or a CPU quota
+        under which no rank reached its first collective), or "". A run that ended well
+        was not starved, however tight the box."""
+        if self.returncode == 0 and not self.timed_out:
+            return ""
+        return stress.starved(self.stress, self.wall_s, self.reached_collective)
 
     @classmethod
     def load(cls, path: Path) -> Outcome:
@@ -275,7 +286,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         contain.open_to(out.parent, user, Path(cwd or os.getcwd()))
         if observe_dir is not None:
             contain.readable(OBSERVER_DIR)  # its sitecustomize must load in every process
-    ooms_before = box.oom_kills()
+    ooms_before, stress_before = box.oom_kills(), stress.read()
     peak = 0.0
     t0 = time.monotonic()
     with open(stdout_path, "wb") as so, open(stderr_path, "wb") as se:
@@ -326,7 +337,9 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
             contain.readable(out.parent, again=True)  # a later run (a resume) reads its files
         proc.wait()
     wall = time.monotonic() - t0
-    ooms = box.oom_kills() - ooms_before
+    ooms, pressure = box.oom_kills() - ooms_before, stress.since(stress_before)
+    seen = load_observation(observe_dir) if observe_dir is not None else None
+    reached = seen is not None and any(p.calls for p in seen.processes)
     sandbox: dict[str, Any] = {}
     if mode == contain.NAMESPACES and report.is_file():
         with contextlib.suppress(ValueError, OSError):
@@ -335,5 +348,6 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     return Outcome(list(argv), str(out), None if stopped else proc.returncode, timed_out, wall,
                    _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
                    deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox,
-                   round(peak, 1), ooms, ended_ns=ended_ns)
+                   round(peak, 1), ooms, ended_ns=ended_ns, stress=pressure,
+                   reached_collective=reached)
 

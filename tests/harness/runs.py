@@ -18,7 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from tests.harness import box, contain
+from tests.harness import box, contain, stress
 from tests.harness.checks import Run
 from tests.harness.observe import load_observation
 from tests.harness.parse import parse_run
@@ -105,6 +105,10 @@ class RunCache:
         self.seed = seed  # added to every run's seed: a grading session's own data and init
         root.mkdir(parents=True, exist_ok=True)
         self.budget = box.MemoryBudget(root, box.read_box().memory_mb * box.HEADROOM)
+        # The bound follows the box: half a CPU is not judged by a full CPU's clock.
+        self.factor = stress.bound_factor(stress.startup_s(root))
+        self.timeout_s = timeout_s * self.factor
+        self.watch = replace(watch, hang_after_s=watch.hang_after_s * self.factor)
 
     def _serialised(self, impl: tuple[str, ...]) -> FileLock | contextlib.nullcontext[None]:
         """Without namespaces, two runs of one submission never run at once: a submission
@@ -119,13 +123,16 @@ class RunCache:
 
     def _attempt(self, impl: tuple[str, ...], argv: list[str], d: Path,
                  alone: bool = False) -> Outcome:
-        """One run in a fresh directory, once it fits in the box (`alone`: no other run)."""
+        """One run in a fresh directory, once it fits in the box (`alone`: no other run, and
+        RERUN_SCALE times the bound and the hang watch)."""
         if d.exists():
             shutil.rmtree(d)
         d.mkdir(parents=True)
+        scale = stress.RERUN_SCALE if alone else 1.0
+        watch = replace(self.watch, hang_after_s=self.watch.hang_after_s * scale)
         with self._serialised(impl), self.budget.reserve(d.name, exclusive=alone):
-            outcome = run_command(argv, d / "out", self.timeout_s, self.cwd, self.mem_bytes,
-                                  self.file_bytes, self.watch)
+            outcome = run_command(argv, d / "out", self.timeout_s * scale, self.cwd,
+                                  self.mem_bytes, self.file_bytes, watch)
         self.budget.measured(outcome.peak_mb)
         return outcome
 
@@ -157,11 +164,11 @@ class RunCache:
                 if outcome.ended_by_the_box():
                     spoiled = outcome
                     outcome = self._attempt(impl, argv, d, alone=True)
-                    outcome.earlier = [f"killed by the grading machine (the kernel's OOM "
-                                       f"killer struck): {spoiled.reason()}"]
+                    outcome.earlier = [f"{by_the_box(spoiled)}: {spoiled.reason()}"]
                     if outcome.ended_by_the_box():
-                        outcome.not_graded = out_of_memory(max(spoiled.peak_mb,
-                                                               outcome.peak_mb))
+                        outcome.not_graded = out_of_memory(max(
+                            spoiled.peak_mb, outcome.peak_mb)) if outcome.oom_kills else \
+                            starved(outcome)
                 outcome.save(done)
                 run = self._load(spec, d, outcome)
                 if run.observed is not None:
@@ -189,3 +196,18 @@ def out_of_memory(peak_mb: float) -> str:
     return (f"the grading machine ran out of memory ({limit}, this run's peak "
             f"{peak_mb:.0f} MB, twice): not your program's fault; the instructor should "
             "choose a larger autograder machine and regrade")
+
+
+def by_the_box(outcome: Outcome) -> str:
+    """How the box spoiled an attempt, in one phrase."""
+    if outcome.oom_kills:
+        return "killed by the grading machine (the kernel's OOM killer struck)"
+    return f"starved by the grading machine ({outcome.starved()})"
+
+
+def starved(outcome: Outcome) -> str:
+    """Why a run the box starved twice is not graded, with what the box did."""
+    return (f"the grading machine starved this run twice ({outcome.starved()}; rerun alone "
+            f"with {stress.RERUN_SCALE:g}x the bound: {outcome.reason()}): not your "
+            "program's fault; the instructor should choose a larger autograder machine "
+            "and regrade")

@@ -81,8 +81,8 @@ def locate(saved: dict[str, Any]) -> dict[str, Any]:
         ordered = np.sort(whole, axis=1)
         distinct = 1 + (ordered[:, 1:] != ordered[:, :-1]).sum(axis=1)
         usable[name] = int((distinct >= MIN_DISTINCT).sum())
-        for k in np.flatnonzero(distinct >= MIN_DISTINCT):
-            by_anchor.setdefault(int(whole[k, 0]), []).append((name, int(k)))
+        for i in np.flatnonzero(distinct >= MIN_DISTINCT).tolist():
+            by_anchor.setdefault(int(whole[i, 0]), []).append((name, i))
     anchors = np.fromiter(by_anchor, dtype=np.int32, count=len(by_anchor))
     holders: dict[str, list[dict[str, Any]]] = {name: [] for name in saved}
     for ptr, s in storages.items():
@@ -90,7 +90,7 @@ def locate(saved: dict[str, Any]) -> dict[str, Any]:
             continue
         arr = torch.empty(0, dtype=torch.int32).set_(s).numpy()  # read only
         held: dict[str, set[int]] = {}
-        for pos in np.flatnonzero(np.isin(arr, anchors)):
+        for pos in np.flatnonzero(np.isin(arr, anchors)).tolist():
             for name, k in by_anchor[int(arr[pos])]:
                 if k not in held.get(name, ()) and pos + CHUNK <= len(arr) and \
                         np.array_equal(arr[pos:pos + CHUNK], pieces[name][k]):

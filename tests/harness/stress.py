@@ -1,0 +1,200 @@
+"""What the box did to a run besides killing it: memory pressure and CPU starvation.
+
+A box too small or too slow for a correct submission does not always make the kernel's OOM
+killer strike. It may reclaim instead (the box sits at its memory limit and every page of
+torch's libraries is read again and again: thrashing), or throttle a CPU quota so hard that
+four `import torch` do not reach their first collective within the bound. Both are the box's
+doing. They are read from the kernel's own counters, along this process's cgroups (runs are
+its children and live in the same box):
+
+- memory: times the box hit its limit (v1 `memory.failcnt`, v2 `memory.events` `max`), its
+  peak (v1 `memory.max_usage_in_bytes`, v2 `memory.peak`), and the time tasks stalled on
+  memory (PSI: v2 `memory.pressure`, else the machine's `/proc/pressure/memory`, "full");
+- CPU: times the quota throttled the box and for how long, and the CPU time the box used
+  (v1 `cpu.stat` and `cpuacct.usage`, v2 `cpu.stat`).
+
+`starved(...)` turns a run's deltas into the facts that excuse it, or none: a program that
+hangs by itself in a roomy box is never excused, nor one that sleeps in a throttled box (it
+uses none of the CPU the box grants).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tests.harness.box import _chain, _read, _v2_dirs, counters, own_cgroups
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Thrashing: tasks stalled on memory for at least this share of the run's wall time.
+STALL_SHARE = 0.05
+# CPU starvation: the run used at least this share of the CPU time the quota granted (a
+# program that sleeps or waits on a peer uses almost none).
+BUSY_SHARE = 0.5
+NEAR_LIMIT = 0.95  # a peak this close to the limit is "at the limit" where PSI is missing
+
+
+@dataclass(frozen=True)
+class Counters:
+    limit_mb: float = 0.0  # the innermost memory limit (0: none)
+    limit_hits: int = 0
+    peak_mb: float = 0.0  # the box's own peak (page cache included), where the kernel keeps it
+    stall_us: int = -1  # memory "full" stall, microseconds (-1: the kernel reports none)
+    quota: float = 0.0  # CPU quota in cores (0: none)
+    throttled: int = 0
+    throttled_us: int = 0
+    cpu_us: int = -1  # CPU time used by the box (-1: unknown)
+
+
+def _v1(controller: str) -> list[Path]:
+    base = CGROUP_ROOT / controller
+    return _chain(base, own_cgroups().get(controller, "/")) if base.is_dir() else []
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.strip().lstrip("-").isdigit() else None
+
+
+def _psi(path: Path) -> int | None:
+    """The `full` line's total (microseconds) of a pressure file."""
+    for line in (_read(path) or "").splitlines():
+        if line.startswith("full "):
+            with contextlib.suppress(ValueError, IndexError):
+                return int(line.rsplit("total=", 1)[1])
+    return None
+
+
+def read() -> Counters:
+    """The counters now, of the innermost memory-limited and CPU-limited cgroups."""
+    c: dict[str, float] = {}
+    for d in _v1("memory"):
+        limit = _int(_read(d / "memory.limit_in_bytes"))
+        if limit and limit < 2**60:
+            c.update(limit_mb=limit / 2**20,
+                     limit_hits=_int(_read(d / "memory.failcnt")) or 0,
+                     peak_mb=(_int(_read(d / "memory.max_usage_in_bytes")) or 0) / 2**20)
+            break
+    for d in _v2_dirs():
+        limit = _int(_read(d / "memory.max"))
+        if limit:
+            c.update(limit_mb=limit / 2**20,
+                     limit_hits=counters(d / "memory.events").get("max", 0),
+                     peak_mb=(_int(_read(d / "memory.peak")) or 0) / 2**20)
+            stall = _psi(d / "memory.pressure")
+            if stall is not None:
+                c["stall_us"] = stall
+            break
+    if "stall_us" not in c:
+        stall = _psi(Path("/proc/pressure/memory"))
+        c["stall_us"] = -1 if stall is None else stall
+    for d in _v1("cpu") or _v1("cpu,cpuacct"):
+        q, p = _int(_read(d / "cpu.cfs_quota_us")), _int(_read(d / "cpu.cfs_period_us"))
+        if q and p and q > 0:
+            stat = counters(d / "cpu.stat")
+            usage = _int(_read(d / "cpuacct.usage"))
+            if usage is None:  # cpuacct mounted on its own
+                acct = [x for x in _v1("cpuacct") if x.name == d.name]
+                usage = _int(_read(acct[0] / "cpuacct.usage")) if acct else None
+            c.update(quota=q / p, throttled=stat.get("nr_throttled", 0),
+                     throttled_us=stat.get("throttled_time", 0) // 1000,
+                     cpu_us=-1 if usage is None else usage // 1000)
+            break
+    for d in _v2_dirs():
+        v = _read(d / "cpu.max")
+        if v and not v.startswith("max"):
+            q2, p2 = v.split()
+            stat = counters(d / "cpu.stat")
+            c.update(quota=int(q2) / int(p2), throttled=stat.get("nr_throttled", 0),
+                     throttled_us=stat.get("throttled_usec", 0),
+                     cpu_us=stat.get("usage_usec", -1))
+            break
+    return Counters(**c)  # type: ignore[arg-type]
+
+
+def since(before: Counters, after: Counters | None = None) -> dict[str, float]:
+    """What happened in the box between two readings (a run's), as a dict for Outcome."""
+    a = after or read()
+    out = asdict(a)
+    for key in ("limit_hits", "throttled", "throttled_us"):
+        out[key] = getattr(a, key) - getattr(before, key)
+    for key in ("stall_us", "cpu_us"):
+        b, x = getattr(before, key), getattr(a, key)
+        out[key] = x - b if b >= 0 and x >= 0 else -1
+    return out
+
+
+def starved(stress: dict[str, float], wall_s: float, reached_collective: bool) -> str:
+    """The facts that make a failed run the box's doing, or "" (the program's own)."""
+    if not stress or wall_s <= 0:
+        return ""
+    facts = []
+    limit, hits = stress.get("limit_mb", 0.0), stress.get("limit_hits", 0)
+    stall_ms = stress.get("stall_us", -1) / 1000
+    peak = stress.get("peak_mb", 0.0)
+    if limit and hits > 0 and (stall_ms >= STALL_SHARE * wall_s * 1000
+                               or (stall_ms < 0 and peak >= NEAR_LIMIT * limit)):
+        stalled = f", tasks stalled on memory for {stall_ms / 1000:.1f}s" if stall_ms >= 0 \
+            else ""
+        facts.append(f"the box sat at its {limit:.0f} MB memory limit ({hits:.0f} times, peak "
+                     f"{peak:.0f} MB{stalled})")
+    quota, cpu_ms = stress.get("quota", 0.0), stress.get("cpu_us", -1) / 1000
+    if quota and stress.get("throttled", 0) > 0 and not reached_collective:
+        busy = cpu_ms / (quota * wall_s * 1000) if cpu_ms >= 0 else 0.0
+        if busy >= BUSY_SHARE:
+            facts.append(f"the box's {quota:g} CPU quota throttled it "
+                         f"{stress['throttled']:.0f} times ({stress['throttled_us'] / 1e6:.1f}s) "
+                         f"while it used {busy:.0%} of the CPU the box grants, and no rank "
+                         "reached its first collective")
+    return "; ".join(facts)
+
+
+# What a Python with torch takes to start on a full CPU of an ordinary machine at its slow
+# end (0.8-2.4 s measured here): a box that starts it slower gets bounds scaled to match.
+STARTUP_REF_S = 2.5
+RERUN_SCALE = 2.0  # a run the box starved is rerun alone with this much more time
+
+
+def startup_s(directory: Path) -> float:
+    """Seconds `python -c "import torch"` takes here, under the box's quota: measured once
+    per session (the first worker to ask; the others read `directory/startup.json`)."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from filelock import FileLock
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "startup.json"
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            return float(json.loads(path.read_text())["startup_s"])
+        t0 = time.monotonic()
+        try:
+            subprocess.run([sys.executable, "-c", "import torch"], check=True, timeout=300,
+                           stdin=subprocess.DEVNULL, capture_output=True)
+            took = time.monotonic() - t0
+        except (subprocess.SubprocessError, OSError):
+            took = STARTUP_REF_S  # no torch to time (a course without it): no scaling
+        path.write_text(json.dumps({"startup_s": took}))
+        return took
+
+
+def bound_factor(startup: float) -> float:
+    """How much longer runs may take here than on an ordinary machine (never less)."""
+    return max(1.0, startup / STARTUP_REF_S)
+
+
+def bound_line(directory: Path, run_timeout_s: float, hang_after_s: float) -> str:
+    """The session report's line on the bounds used, once they were measured."""
+    import json
+
+    path = directory / "startup.json"
+    if not path.is_file():
+        return ""
+    start = float(json.loads(path.read_text())["startup_s"])
+    f = bound_factor(start)
+    return (f"run bound {run_timeout_s * f:.0f}s, hang watch {hang_after_s * f:.1f}s "
+            f"(x{f:.2f}: python with torch starts in {start:.1f}s here, "
+            f"{STARTUP_REF_S:g}s on an ordinary CPU)")
