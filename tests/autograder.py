@@ -46,6 +46,13 @@ command -v setfacl >/dev/null 2>&1 || need="$need acl"
 if [ -n "$need" ]; then
   apt-get update && apt-get install -y $need
 fi
+# PyPI's torch for Linux is the CUDA build: ~3 GB more, and it cannot even import under the
+# per-process memory cap a small box needs. PyTorch's own CPU index first, for the version
+# constraints.txt pins; where that index cannot be reached, the pinned version from PyPI.
+torch_pin=$(grep -E '^torch==' constraints.txt | head -1)
+python3 -m pip install --retries 1 --timeout 20 \
+  --index-url https://download.pytorch.org/whl/cpu "$torch_pin" \
+  || echo "setup.sh: PyTorch's CPU index could not be reached: $torch_pin from PyPI" >&2
 python3 -m pip install -c constraints.txt {packages}
 # Docker refuses unshare: runs go as a dedicated unprivileged user instead, one at a time, who
 # cannot write the suite or the results, nor signal the suite.

@@ -82,3 +82,22 @@ def test_a_starved_run_is_rerun_alone_longer_then_not_graded_or_counted(cache, m
         assert "not your program's fault" in outcome.not_graded
     else:
         assert outcome.returncode == 0 and outcome.not_graded == ""
+
+
+def test_a_torch_that_cannot_import_under_the_cap_raises_the_cap(tmp_path, monkeypatch):
+    """PyPI's CUDA build of torch maps ~1 GB of private segments at import: under a grader's
+    320 MB cap per process no correct program could start, so the cap doubles until torch
+    imports, and the report says so."""
+    tried: list[int | None] = []
+
+    def import_torch(cap_mb):
+        tried.append(cap_mb)
+        return 1.0 if cap_mb is None or cap_mb >= 1024 else None
+    monkeypatch.setattr(stress, "_import_torch", import_torch)
+    found = stress.probe(tmp_path, 320)
+    assert tried == [320, 640, 1280] and found["cap_mb"] == 1280
+    assert stress.probe(tmp_path, 320) == found and len(tried) == 3  # once per session
+    assert "may allocate 1280 MB, not 320: this torch cannot import under less" in \
+        stress.bound_line(tmp_path, 30.0, 5.0)
+    cache = RunCache(tmp_path, 30.0, tmp_path, 320 * 2**20, None, Watch())
+    assert cache.mem_bytes == 1280 * 2**20

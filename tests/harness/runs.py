@@ -106,7 +106,10 @@ class RunCache:
         root.mkdir(parents=True, exist_ok=True)
         self.budget = box.MemoryBudget(root, box.read_box().memory_mb * box.HEADROOM)
         # The bound follows the box: half a CPU is not judged by a full CPU's clock.
-        self.factor = stress.bound_factor(stress.startup_s(root))
+        found = stress.probe(root, mem_bytes // 2**20 if mem_bytes else None)
+        self.factor = stress.bound_factor(float(found["startup_s"]))
+        if mem_bytes and found.get("cap_mb"):
+            self.mem_bytes = int(found["cap_mb"]) * 2**20
         self.timeout_s = timeout_s * self.factor
         self.watch = replace(watch, hang_after_s=watch.hang_after_s * self.factor)
 

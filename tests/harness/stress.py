@@ -153,15 +153,38 @@ def starved(stress: dict[str, float], wall_s: float, reached_collective: bool) -
 # end (0.8-2.4 s measured here): a box that starts it slower gets bounds scaled to match.
 STARTUP_REF_S = 2.5
 RERUN_SCALE = 2.0  # a run the box starved is rerun alone with this much more time
+MAX_CAP_MB = 8192  # the largest per-process data cap the probe tries
 
 
-def startup_s(directory: Path) -> float:
-    """Seconds `python -c "import torch"` takes here, under the box's quota: measured once
-    per session (the first worker to ask; the others read `directory/startup.json`)."""
-    import json
+def _import_torch(cap_mb: int | None) -> float | None:
+    """Seconds `python -c "import torch"` takes with `cap_mb` of data per process, or None
+    when it cannot import under that cap."""
+    import resource
     import subprocess
     import sys
     import time
+
+    def limit() -> None:
+        if cap_mb:
+            resource.setrlimit(resource.RLIMIT_DATA, (cap_mb * 2**20, cap_mb * 2**20))
+    t0 = time.monotonic()
+    try:
+        subprocess.run([sys.executable, "-c", "import torch; torch.ones(2).sum()"], check=True,
+                       timeout=300, stdin=subprocess.DEVNULL, capture_output=True,
+                       preexec_fn=limit)
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return time.monotonic() - t0
+
+
+def probe(directory: Path, cap_mb: int | None = None) -> dict[str, float]:
+    """How python with torch starts here, under the box's quota and the runs' cap on each
+    process's data: `startup_s`, and `cap_mb`, the cap runs get. A torch that cannot even
+    import under the cap (PyPI's CUDA build maps ~1 GB of private segments) gets the
+    smallest cap, doubling, under which it can: a correct program must be able to start.
+    Measured once per session (the first worker to ask; the others read
+    `directory/startup.json`)."""
+    import json
 
     from filelock import FileLock
 
@@ -169,16 +192,15 @@ def startup_s(directory: Path) -> float:
     path = directory / "startup.json"
     with FileLock(str(path) + ".lock"):
         if path.is_file():
-            return float(json.loads(path.read_text())["startup_s"])
-        t0 = time.monotonic()
-        try:
-            subprocess.run([sys.executable, "-c", "import torch"], check=True, timeout=300,
-                           stdin=subprocess.DEVNULL, capture_output=True)
-            took = time.monotonic() - t0
-        except (subprocess.SubprocessError, OSError):
-            took = STARTUP_REF_S  # no torch to time (a course without it): no scaling
-        path.write_text(json.dumps({"startup_s": took}))
-        return took
+            return dict(json.loads(path.read_text()))
+        cap, took = cap_mb, _import_torch(cap_mb)
+        while took is None and cap and cap < MAX_CAP_MB:
+            cap = min(cap * 2, MAX_CAP_MB)
+            took = _import_torch(cap)
+        found = {"startup_s": STARTUP_REF_S if took is None else took,  # no torch: no scaling
+                 "cap_mb": float(cap or 0), "asked_cap_mb": float(cap_mb or 0)}
+        path.write_text(json.dumps(found))
+        return found
 
 
 def bound_factor(startup: float) -> float:
@@ -193,8 +215,13 @@ def bound_line(directory: Path, run_timeout_s: float, hang_after_s: float) -> st
     path = directory / "startup.json"
     if not path.is_file():
         return ""
-    start = float(json.loads(path.read_text())["startup_s"])
+    found = json.loads(path.read_text())
+    start = float(found["startup_s"])
     f = bound_factor(start)
-    return (f"run bound {run_timeout_s * f:.0f}s, hang watch {hang_after_s * f:.1f}s "
+    line = (f"run bound {run_timeout_s * f:.0f}s, hang watch {hang_after_s * f:.1f}s "
             f"(x{f:.2f}: python with torch starts in {start:.1f}s here, "
             f"{STARTUP_REF_S:g}s on an ordinary CPU)")
+    if found.get("cap_mb", 0) > found.get("asked_cap_mb", 0) > 0:
+        line += (f"; each run process may allocate {found['cap_mb']:.0f} MB, not "
+                 f"{found['asked_cap_mb']:.0f}: this torch cannot import under less")
+    return line
