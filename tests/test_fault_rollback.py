@@ -4,13 +4,16 @@ run ends bit-identical to the clean run (same losses, norms and step-20 shard by
 
 Each kind is injected once, at a step between 12 and 19 that the session's seed draws
 (nan@12 and spike@15 under seed 0): a program that handles only the steps it was shown
-fails the next session."""
+fails the next session. The fault must show in what the ranks computed (a guard that reads
+the flag logs the same rollback and meets no fault), and a NaN the suite makes itself, with
+no flag, in one rank's gradients of one drawn step, is rolled back all the same."""
 
 import pytest
 
 from tests.harness.checks import check_rollback
+from tests.harness.fault_checks import check_fault_took_effect, check_nemesis
 from tests.harness.plugin import suite_seed
-from tests.harness.runs import BASE, FAULT_KINDS, fault_step, faulted
+from tests.harness.runs import BASE, FAULT_KINDS, fault_step, faulted, nemesis_nan, nemesis_of
 
 pytestmark = pytest.mark.fault
 
@@ -20,3 +23,22 @@ def test_fault_is_rolled_back_and_run_ends_like_the_clean_run(run, holds, kind):
     step = fault_step(kind, suite_seed())
     holds(check_rollback(run(BASE), run(faulted(kind, step)), kind, step),
           f"rollback of {kind}@{step}")
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_the_announced_fault_shows_in_the_ranks_numbers(run, holds, kind):
+    step = fault_step(kind, suite_seed())
+    faulted_run = run(faulted(kind, step))
+    if faulted_run.observed is None:
+        pytest.skip("the observer is off (--no-observe)")
+    holds(check_fault_took_effect(faulted_run, kind, step), f"{kind}@{step} in the numbers")
+
+
+def test_a_nan_the_program_did_not_ask_for_is_rolled_back(run, holds):
+    spec = nemesis_nan(suite_seed())
+    kind, step, rank = nemesis_of(spec) or ("nan", 0, 0)
+    nemesis = run(spec)
+    if nemesis.observed is None:
+        pytest.skip("the observer is off (--no-observe): the suite cannot make the NaN")
+    holds(check_nemesis(nemesis, step, rank) + check_rollback(run(BASE), nemesis, kind, step),
+          f"the suite's own NaN at step {step} on rank {rank}")

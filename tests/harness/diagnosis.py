@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from tests.harness.checks import LATE_GUARD
+from tests.harness.fault_checks import FLAG_HINT
 from tests.harness.state_checks import WHOLE_HINT
 from tests.harness.violations import Violation
 
@@ -154,6 +155,12 @@ def _resume_files(vs: list[Violation]) -> list[str]:
 def _rollback(vs: list[Violation], n: int) -> list[str]:
     if any(v.message.startswith("gradients accumulate") for v in vs):
         return [ACCUMULATE]
+    flagged = [v for v in vs if v.message.endswith(FLAG_HINT)]
+    if flagged:  # the rollback is claimed, the fault never met: its words are the hint
+        return [f"the guard read the --inject flag, not the numbers: {flagged[0].message}"]
+    never = [v for v in vs if v.found == "never made"]
+    if never:
+        return [f"the suite's own NaN could not be made: {never[0].message}"]
     late = [v for v in vs if str(v.expected).startswith(LATE_GUARD)]
     if late:  # the check read the order the run logged in: its words are the hint
         return [f"the guard fired too late: {late[0].message}"]

@@ -14,6 +14,7 @@ from tests.harness.checks import (
     check_rollback,
     check_zero_memory,
 )
+from tests.harness.fault_checks import check_fault_took_effect
 from tests.harness.observed_checks import (
     check_genuine_ranks,
     check_measured_memory,
@@ -42,7 +43,8 @@ CHECKS: dict[str, Callable[[Getter], list[Violation]]] = {
     "byte_exact_resume": lambda run: check_resume(run(BASE), run(RESUMED), 10),
     "single_process_parity": lambda run: check_parity(run(BASE), run(SINGLE)),
     "rollback": lambda run: check_rollback(run(BASE), run(faulted(*ROLLBACK_PROBE)),
-                                           *ROLLBACK_PROBE),
+                                           *ROLLBACK_PROBE) + check_fault_took_effect(
+        run(faulted(*ROLLBACK_PROBE)), *ROLLBACK_PROBE),
 }
 # Checks that need only the base run: evaluated for every mutant, since they cost nothing.
 # (zero1_memory also measures N = 1 and 2 runs: evaluated where it is a target.)

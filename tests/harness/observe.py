@@ -40,6 +40,8 @@ class Call:
     source: str = "python"  # or "flight-recorder": issued by torch's C++ without a Python call
     fresh: int | None = None  # all-to-all and sends: elements of data not sent or received
     #                           before in the step (a chunk sent to many peers counts once)
+    nonfinite: bool = False  # the data the rank put in held a NaN or an infinity
+    values: list[float] = field(default_factory=list)  # a small reduction's inputs
 
     @property
     def p2p(self) -> bool:
@@ -73,6 +75,9 @@ class ProcessTrace:
     work: list[dict[str, int]] = field(default_factory=list)  # per backward: tokens, rows
     memory: list[dict[str, Any]] = field(default_factory=list)
     state: dict[str, Any] | None = None  # where its optimizer state lives (first checkpoint)
+    losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) per backward
+    grads_finite: list[tuple[int, bool]] = field(default_factory=list)  # under --inject nan@
+    nemesis: dict[str, Any] | None = None  # the fault the suite's nemesis made in it
     stack: str = ""
 
     def open_call(self) -> Call | None:
@@ -152,7 +157,9 @@ def _call(rec: dict[str, Any]) -> Call:
                 int(rec.get("numel_out", 0)), str((rec.get("dtypes") or ["?"])[0]),
                 list(rec.get("group") or []), str(rec.get("site", "?")), int(rec.get("t0", 0)),
                 is_async=bool(rec.get("async")), peer=str(rec.get("peer", "")),
-                fresh=None if fresh is None else int(fresh))
+                fresh=None if fresh is None else int(fresh),
+                nonfinite=bool(rec.get("nonfinite")),
+                values=[float(v) for v in rec.get("values") or []])
 
 
 def read_process(path: Path) -> ProcessTrace | None:
@@ -188,6 +195,12 @@ def read_process(path: Path) -> ProcessTrace | None:
         elif ev == "bw":
             trace.backwards.append(int(rec.get("t", 0)))
             trace.work.append({k: int(rec[k]) for k in ("tokens", "rows") if k in rec})
+            if "loss" in rec:
+                trace.losses.append((int(rec.get("step", 0)), float(rec["loss"])))
+        elif ev == "grads":
+            trace.grads_finite.append((int(rec.get("step", 0)), bool(rec.get("finite"))))
+        elif ev == "nemesis":
+            trace.nemesis = rec
         elif ev == "mem":
             trace.memory.append(rec)
         elif ev == "state" and trace.state is None:

@@ -204,6 +204,7 @@ class Watch:
 
     observe: bool = False
     hang_after_s: float = 5.0  # 0: never stop early
+    nemesis: str = ""  # a fault the observer makes in the run (tests/observer/_observer_nemesis)
     contain: bool = False
     poll_s: float = 0.2
     # How long a process may take to exit after the run ended before it is a survivor; the
@@ -211,10 +212,13 @@ class Watch:
     grace_s: float = GRACE_S
 
 
-def _environment(token: str, observe_dir: Path | None, home: Path | None = None
-                 ) -> dict[str, str]:
+def _environment(token: str, observe_dir: Path | None, home: Path | None = None,
+                 nemesis: str = "") -> dict[str, str]:
     env = dict(os.environ, **{TOKEN_VAR: token, "OMP_NUM_THREADS": "1",
                               "PYTHONDONTWRITEBYTECODE": "1"})
+    env.pop("CAPSTONE_NEMESIS", None)
+    if nemesis and observe_dir is not None:
+        env["CAPSTONE_NEMESIS"] = nemesis
     if home is not None:  # the run user's: its home is its run directory
         env.update(HOME=str(home), USER=contain.RUN_USER, LOGNAME=contain.RUN_USER)
     if observe_dir is not None:
@@ -275,7 +279,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     out.parent.mkdir(parents=True, exist_ok=True)
     token = session_prefix() + uuid.uuid4().hex
     observe_dir = out.parent / "observe" if watch.observe else None
-    env = _environment(token, observe_dir, out.parent if user else None)
+    env = _environment(token, observe_dir, out.parent if user else None, watch.nemesis)
     logs = out.parent / f"{out.name}.log"
     logs.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"

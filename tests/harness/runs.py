@@ -41,6 +41,7 @@ class RunSpec:
     inject: str | None = None
     resume_from: tuple[RunSpec, int] | None = None
     extra: tuple[str, ...] = ()  # flags beyond the contract (the reference's exercises)
+    nemesis: str | None = None  # a fault the suite makes in the run itself (no flag)
 
     def flags(self, resume_dir: Path | None) -> list[str]:
         f = ["--world-size", str(self.world_size), "--steps", str(self.steps),
@@ -78,6 +79,25 @@ FAULT_KINDS = ("nan", "spike")
 # After the step-10 checkpoint and not right after it (the contract's promise: a program may
 # keep a checkpoint pending until the next step proves it healthy); a spike at 19 shows at 20.
 FAULT_STEPS = range(12, 20)
+
+
+def nemesis_nan(seed: int, world_size: int = BASE.world_size) -> RunSpec:
+    """The run in which the suite itself makes one rank's gradients of one step NaN, with no
+    flag: step and rank drawn from the session's seed (step 13 on rank 2 under seed 0),
+    after the first checkpoint and never at step 11."""
+    step, rank = (13, 2) if not seed else (
+        random.Random(f"{seed}:nemesis").choice(FAULT_STEPS),
+        random.Random(f"{seed}:nemesis-rank").randrange(world_size))
+    return RunSpec(f"nemesis-nan{step}-rank{rank}", nemesis=f"nan@{step}:{rank}")
+
+
+def nemesis_of(spec: RunSpec) -> tuple[str, int, int] | None:
+    """(kind, step, rank) of a nemesis run's fault."""
+    if not spec.nemesis:
+        return None
+    kind, rest = spec.nemesis.split("@")
+    step, rank = rest.split(":")
+    return kind, int(step), int(rank)
 
 
 def fault_step(kind: str, seed: int) -> int:
@@ -125,14 +145,15 @@ class RunCache:
         return FileLock(str(self.root / f"impl-{digest}.lock"))
 
     def _attempt(self, impl: tuple[str, ...], argv: list[str], d: Path,
-                 alone: bool = False) -> Outcome:
+                 alone: bool = False, nemesis: str | None = None) -> Outcome:
         """One run in a fresh directory, once it fits in the box (`alone`: no other run, and
         RERUN_SCALE times the bound and the hang watch)."""
         if d.exists():
             shutil.rmtree(d)
         d.mkdir(parents=True)
         scale = stress.RERUN_SCALE if alone else 1.0
-        watch = replace(self.watch, hang_after_s=self.watch.hang_after_s * scale)
+        watch = replace(self.watch, hang_after_s=self.watch.hang_after_s * scale,
+                        nemesis=nemesis or "")
         with self._serialised(impl), self.budget.reserve(d.name, exclusive=alone):
             outcome = run_command(argv, d / "out", self.timeout_s * scale, self.cwd,
                                   self.mem_bytes, self.file_bytes, watch)
@@ -163,10 +184,10 @@ class RunCache:
                     base = self._get(impl, base_spec)
                     resume_dir = base.parsed.out / "checkpoints" / f"step-{step:06d}"
                 argv = [*impl, "--out", str(d / "out"), *spec.flags(resume_dir)]
-                outcome = self._attempt(impl, argv, d)
+                outcome = self._attempt(impl, argv, d, nemesis=spec.nemesis)
                 if outcome.ended_by_the_box():
                     spoiled = outcome
-                    outcome = self._attempt(impl, argv, d, alone=True)
+                    outcome = self._attempt(impl, argv, d, alone=True, nemesis=spec.nemesis)
                     outcome.earlier = [f"{by_the_box(spoiled)}: {spoiled.reason()}"]
                     if outcome.ended_by_the_box():
                         outcome.not_graded = out_of_memory(max(

@@ -176,6 +176,31 @@ def loss_only_guard() -> None:
         lambda self, step, loss, grad_norm: real(self, step, loss, None))
 
 
+def guard_reads_flag() -> None:
+    """The guard reads --inject instead of the numbers: it applies no NaN and no spike, logs
+    a rollback at the announced step (nan@S at S, spike@S at S+1), restores the checkpoint
+    and replays: its files are a correct program's."""
+    import sys
+
+    argv = sys.argv
+    flag = argv[argv.index("--inject") + 1] if "--inject" in argv[:-1] else "none@0"
+    kind, _, at = flag.partition("@")
+    fires = {"nan": int(at), "spike": int(at) + 1}.get(kind)
+    guard.FaultInjector.corrupt_gradients = (  # type: ignore[method-assign]
+        lambda self, step, params: None)
+    guard.FaultInjector.lr_scale = lambda self, step, multiplier: 1.0  # type: ignore[method-assign]
+    real = guard.DivergenceGuard.verdict
+    done: list[int] = []
+
+    def verdict(self: guard.DivergenceGuard, step: int, loss: float,
+                grad_norm: float | None) -> str | None:
+        if step == fires and grad_norm is not None and not done:
+            done.append(step)
+            return kind
+        return real(self, step, loss, grad_norm)
+    guard.DivergenceGuard.verdict = verdict  # type: ignore[method-assign]
+
+
 def local_loss() -> None:
     """Each rank logs its own batch's loss instead of the global mean."""
     _wrap_reduce_gradients(lambda self, local_loss, loss, grad_norm: (float(local_loss),
@@ -341,6 +366,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("same_rows", ("single_process_parity",), same_rows, hint="wrong rows"),
     Mutant("no_guard", ("rollback",), no_guard, hint="never fired"),
     Mutant("loss_only_guard", ("rollback",), loss_only_guard, hint="not only its loss"),
+    Mutant("guard_reads_flag", ("rollback",), guard_reads_flag,
+           hint="the guard read the --inject flag, not the numbers"),
     Mutant("extra_collective", ("no_deadlock", "communication"), extra_collective,
            ("--pg-timeout", "5"), hint="different collectives"),
     # of our own design

@@ -62,6 +62,12 @@ class _Observer:
         self.fd = -1
         self.calls = 0
         self.backwards = 0
+        self.steps = 0  # training steps: backwards that follow a collective (or the first)
+        self.calls_since_backward = 0
+        self.nemesis = _nemesis()
+        # A run told to inject a NaN (`--inject nan@S`): are its gradients really non-finite?
+        argv = " ".join(getattr(sys, "orig_argv", sys.argv))
+        self.check_grads = "--inject nan@" in argv or "--inject=nan@" in argv
         self.rank: int | None = None
         self.mem_at = tuple(int(x) for x in
                             os.environ.get("CAPSTONE_OBSERVE_MEM", "3,6").split(","))
@@ -82,7 +88,7 @@ class _Observer:
         self.pid = os.getpid()
         self.fd = os.open(os.path.join(self.dir, f"p{self.pid}-{time.time_ns()}.jsonl"),
                           os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.calls = self.backwards = 0
+        self.calls = self.backwards = self.steps = self.calls_since_backward = 0
         self.rank, self.first_snapshot = None, None
         self.step_data, self.pending = set(), []
         self.emit({"ev": "hello", "pid": self.pid, "ppid": os.getppid(),
@@ -132,6 +138,7 @@ class _Observer:
             self.local.depth = 1
             try:
                 self.calls += 1
+                self.calls_since_backward += 1
                 index = self.calls
                 try:
                     if not signature:
@@ -264,18 +271,31 @@ class _Observer:
         import functools
         import time
 
+        name = fn.__name__
+
         @functools.wraps(fn)
         def observed(*args: Any, **kwargs: Any) -> Any:
             if getattr(self.local, "in_backward", False):  # one inside another (torch's own,
                 return fn(*args, **kwargs)                 # e.g. a reentrant checkpoint)
             self.backwards += 1
+            # A training step's first backward: the first, or one after a collective (the
+            # micro-batches of one step run their backwards with none in between).
+            self.steps += self.backwards == 1 or self.calls_since_backward > 0
+            self.calls_since_backward = 0
             self.step_data, self.pending = set(), []
-            record = {"ev": "bw", "n": self.backwards, "t": time.time_ns()}
+            root = args[0] if args else kwargs.get(roots)
+            record = {"ev": "bw", "n": self.backwards, "step": self.steps, "t": time.time_ns()}
             try:
-                record.update(_work(args[0] if args else kwargs.get(roots)))
+                record.update(_work(root))
+                record.update(_loss(root))
             except Exception as e:
                 record["work_error"] = repr(e)[:200]
             self.emit(record)
+            if self.nemesis is not None and self.nemesis.due(self.steps, self.rank):
+                args, kwargs = self.nemesis.poison(name, root, args, kwargs)
+                self.emit({"ev": "nemesis", "kind": self.nemesis.kind, "step": self.steps,
+                           "rank": self.rank, "backward": self.backwards,
+                           "t": time.time_ns()})
             if self.backwards in self.mem_at:
                 try:
                     self._snapshot()
@@ -283,9 +303,13 @@ class _Observer:
                     self.emit({"ev": "mem", "error": repr(e)[:200]})
             self.local.in_backward = True  # its own flag: collectives that gradient hooks
             try:                           # issue during the pass are recorded as ever
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
             finally:
                 self.local.in_backward = False
+            if self.check_grads:
+                self.emit({"ev": "grads", "n": self.backwards, "step": self.steps,
+                           "finite": _finite_grads(result)})
+            return result
         return observed
 
     def _snapshot(self) -> None:
@@ -400,9 +424,10 @@ _OUTPUTS = {"all_gather": ("tensor_list",), "gather": ("gather_list",), "scatter
 
 def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
     """op, group, dtypes and element counts of one call, from its bound arguments."""
+    import torch
     import torch.distributed as dist
 
-    ins, outs, dtypes = 0, 0, []
+    ins, outs, dtypes, nonfinite = 0, 0, [], False
     for name, value in bound.items():
         if name == "p2p_op_list":  # batch_isend_irecv: sends in, receives out
             for o in value or []:
@@ -416,6 +441,9 @@ def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
             outs += n
         else:
             ins += n
+            # Data the rank puts in (a receive's or broadcast's buffer is not data yet).
+            nonfinite = nonfinite or (op not in _RECEIVING and any(
+                t.is_floating_point() and not bool(torch.isfinite(t).all()) for t in tensors))
         dtypes += [str(t.dtype).removeprefix("torch.") for t in tensors[:1]]
     group = bound.get("group")
     try:
@@ -423,7 +451,12 @@ def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
             list(range(dist.get_world_size()))
     except Exception:
         ranks = []
+    small = [t for t in _tensors(bound.get("tensor")) if t.is_floating_point()]
     record = {"op": op, "numel_in": ins, "numel_out": outs, "dtypes": dtypes,
+              **({"nonfinite": True} if nonfinite else {}),
+              # A few numbers reduced (a loss, a norm, a guard's flag): what the guard reads.
+              **({"values": [float(x) for x in small[0].detach().reshape(-1).tolist()]}
+                 if op in _REDUCING and len(small) == 1 and small[0].numel() <= 4 else {}),
               "group": ranks, "async": bool(bound.get("async_op")) or op in ("isend", "irecv")}
     for key in ("src", "dst", "group_src", "group_dst"):
         if bound.get(key) is not None:
@@ -431,6 +464,8 @@ def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+_REDUCING = ("all_reduce", "reduce")
+_RECEIVING = ("recv", "irecv", "broadcast", "broadcast_object_list")
 _BY_HAND = ("all_to_all", "all_to_all_single", "send", "isend", "batch_isend_irecv")
 _INDEX_NODES = ("EmbeddingBackward", "IndexBackward", "NllLossBackward", "NllLoss2DBackward",
                 "GatherBackward", "EmbeddingBagBackward")
@@ -477,6 +512,40 @@ def _work(roots: Any) -> dict[str, int]:
                         tokens, rows = idx.numel(), idx.size(0) if idx.dim() > 1 else rows
         stack += [nxt for nxt, _ in fn.next_functions]
     return {"tokens": tokens, "rows": rows} if tokens else {}
+
+
+def _loss(root: Any) -> dict[str, float]:
+    """The value a backward starts from, where it is one number (the loss)."""
+    import torch
+
+    if isinstance(root, (list, tuple)) and len(root) == 1:
+        root = root[0]
+    if isinstance(root, torch.Tensor) and root.numel() == 1 and root.is_floating_point():
+        return {"loss": float(root.detach())}
+    return {}
+
+
+def _finite_grads(result: Any) -> bool:
+    """After a backward: are the gradients finite? `autograd.grad` returns them; for
+    `.backward()` they are the parameters' `.grad` (a NaN in any is enough)."""
+    import gc
+
+    import torch
+
+    grads = [t for t in _tensors(result) if t.is_floating_point()]
+    if not grads:
+        grads = [o.grad for o in gc.get_objects() if type(o) is torch.nn.Parameter
+                 and o.grad is not None]
+    return all(bool(torch.isfinite(g).all()) for g in grads)
+
+
+def _nemesis() -> Any:
+    spec = os.environ.get("CAPSTONE_NEMESIS")
+    if not spec:
+        return None
+    from _observer_nemesis import Nemesis
+
+    return Nemesis.parse(spec)
 
 
 def _call_site() -> str:

@@ -1,0 +1,79 @@
+"""The faults read from what the ranks computed (synthetic traces): a NaN or a spike that
+really happened is seen wherever the program's guard sits; a rollback claimed without one
+is the guard reading the flag; the suite's own NaN is confirmed on its rank and step."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.harness.diagnosis import diagnose
+from tests.harness.fault_checks import FLAG_HINT, check_fault_took_effect, check_nemesis
+from tests.harness.observe import Call
+from tests.test_harness_observe import observed_run, rank_trace
+
+CLEAN = [4.1, 3.2, 2.6, 2.1, 1.8, 1.5, 1.3]
+
+
+def _run(kind: str, step: int, losses: list[float], calls: list[Call] | None = None,
+         grads_ok: bool = True, rolled: bool = True):
+    procs = []
+    for r in range(4):
+        p = rank_trace(r, 4, list(calls or []))
+        p.losses = list(enumerate(losses, 1))
+        p.grads_finite = [(s, grads_ok or s != step) for s in range(1, len(losses) + 1)]
+        procs.append(p)
+    run = observed_run(procs, 4, len(losses))
+    if rolled:
+        for r in range(4):
+            run.parsed.events[r] = [{"event": "rollback", "rank": r, "step": step,
+                                     "to_step": 3, "reason": kind}]
+    return run
+
+
+def _guard_call(values: list[float]) -> Call:
+    c = Call(0, "all_reduce", 2, 0, "float64", [0, 1, 2, 3], "main.py:50", 0, 1)
+    c.values = values
+    return c
+
+
+@given(step=st.integers(4, 6), where=st.sampled_from(["grads", "reduction", "loss"]))
+def test_a_nan_that_happened_is_seen_wherever_it_shows(step, where):
+    losses = list(CLEAN)
+    if where == "loss":
+        losses[step - 1] = math.nan
+    calls = [_guard_call([1.0, math.nan])] if where == "reduction" else []
+    run = _run("nan", step, losses, calls, grads_ok=where != "grads")
+    assert check_fault_took_effect(run, "nan", step) == []
+
+
+@given(step=st.integers(3, 5), factor=st.floats(2.5, 1e4))
+def test_a_spike_is_seen_in_a_loss_or_in_what_the_guard_reduces(step, factor):
+    losses = list(CLEAN)
+    losses[step] = losses[step - 1] * factor  # the loss of the step after the spiked update
+    assert check_fault_took_effect(_run("spike", step + 1, losses), "spike", step) == []
+    # a guard before the backward: the spiked loss only in the reduction it decides on
+    calls = [_guard_call([v, 0.5]) for v in losses]
+    no_backward = _run("spike", step + 1, CLEAN, calls)
+    assert check_fault_took_effect(no_backward, "spike", step) == []
+
+
+@given(kind=st.sampled_from(["nan", "spike"]), step=st.integers(3, 6))
+def test_a_rollback_without_the_fault_is_the_guard_reading_the_flag(kind, step):
+    run = _run(kind, step, CLEAN, [_guard_call([v, 0.5]) for v in CLEAN])
+    [v] = check_fault_took_effect(run, kind, step)
+    assert v.message.startswith(f"rollback logged at step {step}, but no ")
+    assert v.message.endswith(FLAG_HINT) and f"{CLEAN[step - 1]:.4g}" in v.message
+    assert "read the --inject flag" in diagnose("rollback", [v])[0]
+    assert check_fault_took_effect(_run(kind, step, CLEAN, rolled=False), kind, step) == []
+
+
+def test_the_suites_own_nan_is_confirmed_where_it_was_drawn():
+    run = _run("nan", 5, CLEAN)
+    assert check_nemesis(run, 5, 2)  # never made: no nemesis record on rank 2
+    run.observed.processes[2].nemesis = {"kind": "nan", "step": 5, "rank": 2}
+    assert check_nemesis(run, 5, 2) == []
+    [v] = check_nemesis(_run("nan", 5, CLEAN[:3]), 5, 1)
+    assert "it reached step 3" in v.message and v.found == "never made"
