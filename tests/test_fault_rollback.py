@@ -11,9 +11,23 @@ no flag, in one rank's gradients of one drawn step, is rolled back all the same.
 import pytest
 
 from tests.harness.checks import check_rollback
-from tests.harness.fault_checks import check_fault_took_effect, check_nemesis
+from tests.harness.fault_checks import (
+    check_fault_took_effect,
+    check_killed,
+    check_nemesis,
+    check_resumed_after_kill,
+)
 from tests.harness.plugin import suite_seed
-from tests.harness.runs import BASE, FAULT_KINDS, fault_step, faulted, nemesis_nan, nemesis_of
+from tests.harness.runs import (
+    BASE,
+    FAULT_KINDS,
+    fault_step,
+    faulted,
+    nemesis_kill,
+    nemesis_nan,
+    nemesis_of,
+    resumed_after,
+)
 
 pytestmark = pytest.mark.fault
 
@@ -42,3 +56,21 @@ def test_a_nan_the_program_did_not_ask_for_is_rolled_back(run, holds):
         pytest.skip("the observer is off (--no-observe): the suite cannot make the NaN")
     holds(check_nemesis(nemesis, step, rank) + check_rollback(run(BASE), nemesis, kind, step),
           f"the suite's own NaN at step {step} on rank {rank}")
+
+
+@pytest.mark.parametrize("kind", ["kill", "killsave"])
+def test_a_rank_killed_from_outside_ends_the_run_and_it_resumes_like_the_clean_run(run, holds,
+                                                                                  kind):
+    """The suite SIGKILLs one rank (never 0) as a drawn step starts, or while it writes its
+    shard of a checkpoint: the run ends promptly and non-zero, leaves no process and no
+    incomplete checkpoint published, and resumed from its step-10 checkpoint it ends exactly
+    where the clean run ends (steps 11..20, the step-20 shards' sha256)."""
+    spec = nemesis_kill(suite_seed(), kind)
+    _, step, rank = nemesis_of(spec) or (kind, 0, 1)
+    killed = run(spec)
+    if killed.observed is None:
+        pytest.skip("the observer is off (--no-observe): the suite cannot kill a rank")
+    resumed = run(resumed_after(spec))
+    holds(check_killed(killed, kind, step, rank)
+          + check_resumed_after_kill(run(BASE), resumed, 10),
+          f"rank {rank} killed ({kind}) at step {step}")

@@ -64,7 +64,7 @@ def test_a_test_the_machine_could_not_grade_is_neither_passed_nor_failed(tmp_pat
     assert spoiled["score"] == 0 and spoiled["max_score"] == WEIGHTS["no_deadlock"]
     assert "status" not in spoiled
     assert results["score"] == 100 - WEIGHTS["rollback"] - WEIGHTS["no_deadlock"]
-    assert results["output"].startswith(NOT_GRADED)
+    assert results["output"].startswith("SCORE INCOMPLETE: 1 of ")  # what Gradescope shows
     assert per_invariant(results)["no_deadlock"]["not_graded"].startswith("base run")
     assert "## no_deadlock: NOT GRADED" in feedback("ada", results)
     write_csv(tmp_path / "g.csv", {"ada": results})

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 
 from tests.harness.checks import LATE_GUARD
-from tests.harness.fault_checks import FLAG_HINT
+from tests.harness.fault_checks import ATOMIC_HINT, FLAG_HINT, KILL_HINT
 from tests.harness.state_checks import WHOLE_HINT
 from tests.harness.violations import Violation
 
@@ -158,6 +158,10 @@ def _rollback(vs: list[Violation], n: int) -> list[str]:
     flagged = [v for v in vs if v.message.endswith(FLAG_HINT)]
     if flagged:  # the rollback is claimed, the fault never met: its words are the hint
         return [f"the guard read the --inject flag, not the numbers: {flagged[0].message}"]
+    killed = [v for v in vs if v.message.endswith((KILL_HINT, ATOMIC_HINT))
+              or v.message.startswith("exit 0 although rank")]
+    if killed:  # a rank the suite killed: what the run did then, in the check's words
+        return list(dict.fromkeys(v.message for v in killed))
     never = [v for v in vs if v.found == "never made"]
     if never:
         return [f"the suite's own NaN could not be made: {never[0].message}"]
@@ -214,6 +218,7 @@ DIAGNOSERS: dict[str, Diagnoser] = {
     "zero1_memory": _memory,
     "byte_exact_resume": _resume,
     "rollback": _rollback,
+    "rank_killed": _rollback,
     "no_deadlock": _deadlock,
     "communication": _communication,
 }

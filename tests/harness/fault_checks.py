@@ -3,6 +3,9 @@
 - `check_nemesis`: the NaN the suite made itself (tests/observer/_observer_nemesis.py, no
   flag) really fired on the rank and step it was drawn for; the rollback check then reads
   the run's files as for an announced fault.
+- `check_killed` / `check_resumed_after_kill`: a rank the suite SIGKILLed mid-step or while
+  it wrote a checkpoint shard: the run ends promptly and non-zero, leaves no process and no
+  incomplete checkpoint published, and resumes from its latest one to the clean run's end;
 - `check_fault_took_effect`: a run given `--inject nan@S` or `spike@S` that logs a rollback
   must have met the fault in its numbers: a NaN in a gradient, a reduction or a loss for
   `nan`; for `spike`, a loss (or another number the ranks reduce, a guard's loss and norm)
@@ -15,7 +18,7 @@ from __future__ import annotations
 import math
 from itertools import pairwise
 
-from tests.harness.checks import Run
+from tests.harness.checks import Run, _same_final_shards, _same_trajectory, check_checkpoint_files
 from tests.harness.observe import ProcessTrace
 from tests.harness.observed_checks import observation_of
 from tests.harness.violations import Violation
@@ -70,8 +73,10 @@ def check_fault_took_effect(run: Run, kind: str, step: int) -> list[Violation]:
         return problems
     rolled = [e for events in run.parsed.events.values() for e in events
               if e.get("event") == "rollback" and e.get("reason") == kind]
-    if not rolled:
-        return []  # no rollback claimed: check_rollback says so
+    if not rolled:  # nothing to believe or doubt: no points for a guard never seen
+        return [Violation(INV, None, step, f"a rollback with reason {kind!r} after the "
+                          f"{kind}@{step} fault", "none", "the guard never fired, so it was "
+                          f"never seen to meet the fault ({run.outcome.reason()})")]
     ranks = obs.trainers().values()
     seen = any(_non_finite(p) for p in ranks) if kind == "nan" else \
         any(_spiked(p) for p in ranks)
@@ -86,3 +91,60 @@ def check_fault_took_effect(run: Run, kind: str, step: int) -> list[Violation]:
     return [Violation(INV, None, at, f"the {kind}@{step} fault in the ranks' numbers",
                       "none", f"rollback logged at step {at}, but {what} ({there}): "
                       f"{FLAG_HINT}")]
+
+
+# A run whose rank died must end within this long of the death (the runner stops it then;
+# scaled by the box, like the run bound): mp.spawn and torchrun end the other ranks at once,
+# gloo fails their pending calls at once ("Connection closed by peer"); a collective timeout
+# of a few seconds ends the rest.
+PROMPT_S = 20.0
+KILL_HINT = ("end the run when a rank dies: mp.spawn and torchrun end the other ranks; "
+             "a hand-made launcher must watch its ranks, and a collective timeout "
+             "(init_process_group(timeout=...)) ends ranks waiting for a dead peer")
+ATOMIC_HINT = ("write each checkpoint under a temporary name and rename it into place when "
+               "every shard and the manifest are written")
+
+
+def check_killed(run: Run, kind: str, step: int, rank: int) -> list[Violation]:
+    """A rank the suite SIGKILLed (`kill` in step `step`, `killsave` while it wrote
+    checkpoint `step`): the run ends promptly, exits non-zero, leaves no process behind,
+    and every checkpoint it published is complete."""
+    obs, problems = observation_of(run, INV)
+    if obs is None:
+        return problems
+    p = obs.trainers().get(rank)
+    if p is None or p.nemesis is None or p.nemesis.get("kind") != kind:
+        return check_nemesis(run, step, rank)
+    what = f"rank {rank} killed {'in step' if kind == 'kill' else 'writing checkpoint'} {step}"
+    out: list[Violation] = []
+    o = run.outcome
+    after = (o.ended_ns - int(p.nemesis.get("t", o.ended_ns))) / 1e9
+    if o.timed_out or o.deadlock_s is not None:  # the runner stops it PROMPT_S after
+        out.append(Violation(INV, None, step, f"the run to end within {PROMPT_S:.0f}s of {what}",
+                             f"{after:.0f}s", f"the other ranks waited {after:.0f}s for a dead "
+                             f"peer ({o.reason()}): {KILL_HINT}"))
+    elif o.returncode == 0:
+        out.append(Violation(INV, None, step, f"a non-zero exit after {what}", "exit code 0",
+                             f"exit 0 although rank {rank} was killed: the launcher must exit "
+                             "non-zero when a rank fails"))
+    if o.survivors:
+        out.append(Violation(INV, None, step, f"no process left after {what}",
+                             f"{len(o.survivors)} left", KILL_HINT))
+    for s, ck in sorted(run.parsed.checkpoints.items()):
+        for v in check_checkpoint_files(run, [s], INV):
+            out.append(Violation(INV, v.rank, s, v.expected, v.found,
+                                 f"checkpoints/{ck.path.name} was published incomplete after "
+                                 f"{what} ({v.message or v.found}): {ATOMIC_HINT}"))
+    return out
+
+
+def check_resumed_after_kill(clean: Run, resumed: Run, from_step: int) -> list[Violation]:
+    """Resumed from the latest complete checkpoint of a killed run, the run ends exactly
+    where the clean run ends: steps after it and the final shards' sha256."""
+    what = f"run resumed from step {from_step} after a rank was killed"
+    out: list[Violation] = []
+    if resumed.outcome.returncode != 0:
+        out.append(Violation(INV, None, from_step + 1, f"the {what} to exit 0",
+                             resumed.outcome.reason()))
+    out += _same_trajectory(INV, clean, resumed, range(from_step + 1, clean.steps + 1), what)
+    return out + _same_final_shards(INV, clean, resumed, clean.steps, what)

@@ -205,11 +205,20 @@ class Watch:
     observe: bool = False
     hang_after_s: float = 5.0  # 0: never stop early
     nemesis: str = ""  # a fault the observer makes in the run (tests/observer/_observer_nemesis)
+    after_kill_s: float = 20.0  # a run still alive this long after the nemesis killed a rank
+    #                             is stopped (fault_checks.PROMPT_S)
     contain: bool = False
     poll_s: float = 0.2
     # How long a process may take to exit after the run ended before it is a survivor; the
     # suite's own tests of programs that certainly leave one shorten it
     grace_s: float = GRACE_S
+
+
+def _outlived_kill(obs: Any, after_s: float) -> bool:
+    """The nemesis killed a rank of this run more than `after_s` ago."""
+    killed = [int(p.nemesis.get("t", 0)) for p in obs.processes
+              if p.nemesis and str(p.nemesis.get("kind", "")).startswith("kill")]
+    return bool(killed) and time.time_ns() - min(killed) > after_s * 1e9
 
 
 def _environment(token: str, observe_dir: Path | None, home: Path | None = None,
@@ -313,6 +322,9 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
             obs = load_observation(observe_dir) if observe_dir is not None else None
             stuck = deadlocked(obs, time.time_ns(), watch.hang_after_s) \
                 if obs is not None and watch.hang_after_s > 0 else None
+            if obs is not None and watch.nemesis.startswith("kill") and \
+                    _outlived_kill(obs, watch.after_kill_s):
+                deadline = now  # a run that outlives its killed rank is not waited for
             if stuck is not None or now >= deadline:
                 timed_out, deadlock_s = stuck is None, stuck
                 alive = [p for p in processes_with_token(token) if p not in wrappers] \

@@ -91,6 +91,26 @@ def nemesis_nan(seed: int, world_size: int = BASE.world_size) -> RunSpec:
     return RunSpec(f"nemesis-nan{step}-rank{rank}", nemesis=f"nan@{step}:{rank}")
 
 
+def nemesis_kill(seed: int, kind: str, world_size: int = BASE.world_size) -> RunSpec:
+    """A run in which the suite SIGKILLs one rank (never rank 0): `kill`, as a step drawn
+    after the first checkpoint starts (step 14 on rank 1 under seed 0); `killsave`, while it
+    writes its shard of checkpoint 15 (rank 3 under seed 0), checkpointing every 5 steps so
+    that steps 5 and 10 are there to fall back on."""
+    draw = random.Random(f"{seed}:{kind}")
+    rank = draw.randrange(1, world_size) if seed else {"kill": 1, "killsave": 3}[kind]
+    if kind == "kill":
+        step = draw.choice(FAULT_STEPS) if seed else 14
+        return RunSpec(f"nemesis-kill{step}-rank{rank}", nemesis=f"kill@{step}:{rank}")
+    return RunSpec(f"nemesis-killsave15-rank{rank}", checkpoint_every=5,
+                   nemesis=f"killsave@15:{rank}")
+
+
+def resumed_after(killed: RunSpec) -> RunSpec:
+    """The run that resumes a killed run from its step-10 checkpoint (the latest complete
+    one: the kill comes at step 12 or later, a torn write at checkpoint 15)."""
+    return RunSpec(f"{killed.name}-resumed", resume_from=(killed, 10))
+
+
 def nemesis_of(spec: RunSpec) -> tuple[str, int, int] | None:
     """(kind, step, rank) of a nemesis run's fault."""
     if not spec.nemesis:
@@ -131,7 +151,8 @@ class RunCache:
         if mem_bytes and found.get("cap_mb"):
             self.mem_bytes = int(found["cap_mb"]) * 2**20
         self.timeout_s = timeout_s * self.factor
-        self.watch = replace(watch, hang_after_s=watch.hang_after_s * self.factor)
+        self.watch = replace(watch, hang_after_s=watch.hang_after_s * self.factor,
+                             after_kill_s=watch.after_kill_s * self.factor)
 
     def _serialised(self, impl: tuple[str, ...]) -> FileLock | contextlib.nullcontext[None]:
         """Without namespaces, two runs of one submission never run at once: a submission

@@ -201,6 +201,57 @@ def guard_reads_flag() -> None:
     guard.DivergenceGuard.verdict = verdict  # type: ignore[method-assign]
 
 
+def checkpoint_in_place() -> None:
+    """Shards written straight into checkpoints/step-N/, no temporary name and no rename:
+    a rank killed while it writes leaves a torn shard in a directory named as a checkpoint."""
+    import time
+
+    from capstone import checkpoint
+
+    def save(self: checkpoint.CheckpointManager, step: int, shard: dict[str, Any],
+             after_shard: Callable[[], None] | None = None) -> Any:
+        final = self.root / checkpoint.step_dir_name(step)
+        final.mkdir(parents=True, exist_ok=True)
+        torch.save(shard, final / f"rank-{self.world.rank}.pt")
+        if after_shard is not None:
+            after_shard()
+        self.world.barrier()
+        if self.world.rank == 0:
+            self._write_manifest(final, step)
+        self._last_save = time.monotonic()
+        return final
+    checkpoint.CheckpointManager.save = save  # type: ignore[method-assign]
+
+
+def _exit_0(argv: list[str]) -> int:
+    """A launcher that joins its ranks and exits 0 whatever they did."""
+    from capstone.cli import main
+
+    main(argv)
+    return 0
+
+
+def waits_for_dead_peer() -> None:
+    """Ranks that swallow a peer's failure and keep waiting (every collective wrapped in a
+    catch-all that waits to retry), and a launcher that joins them all."""
+    import time
+
+    from capstone import launch
+
+    launch.FAILURE_GRACE_S = 10**6
+    for name in ("all_reduce", "all_to_all_single", "all_gather_into_tensor", "barrier",
+                 "broadcast", "all_gather", "reduce_scatter_tensor"):
+        real = getattr(dist, name)
+
+        def patient(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            try:
+                return _real(*args, **kwargs)
+            except Exception:
+                time.sleep(3600)
+                raise
+        setattr(dist, name, patient)
+
+
 def local_loss() -> None:
     """Each rank logs its own batch's loss instead of the global mean."""
     _wrap_reduce_gradients(lambda self, local_loss, loss, grad_norm: (float(local_loss),
@@ -368,6 +419,13 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("loss_only_guard", ("rollback",), loss_only_guard, hint="not only its loss"),
     Mutant("guard_reads_flag", ("rollback",), guard_reads_flag,
            hint="the guard read the --inject flag, not the numbers"),
+    # a rank killed from outside, mid-step or mid-write (the suite's nemesis)
+    Mutant("checkpoint_in_place", ("rank_killed",), checkpoint_in_place,
+           hint="write each checkpoint under a temporary name"),
+    Mutant("launcher_exit_0", ("rank_killed",), lambda: None, main=_exit_0,
+           hint="exit 0 although rank"),
+    Mutant("waits_for_dead_peer", ("rank_killed",), waits_for_dead_peer,
+           hint="s for a dead peer"),
     Mutant("extra_collective", ("no_deadlock", "communication"), extra_collective,
            ("--pg-timeout", "5"), hint="different collectives"),
     # of our own design

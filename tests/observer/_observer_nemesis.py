@@ -1,11 +1,16 @@
 """The suite's nemesis, loaded by the observer in runs the suite breaks on purpose.
 
-`CAPSTONE_NEMESIS=nan@S:R` makes rank R's gradients of training step S non-finite without the
-program asking (no `--inject` flag): that step's first backward pass is seeded with NaN
-(`grad_tensors` of `torch.autograd.backward`, `grad_outputs` of `torch.autograd.grad`), so
-the NaN reaches the gradients however the program collects them (`.grad`, hooks, flat
-buffers, `autograd.grad`), while the loss the program computed stays finite. It fires once
-per process, the first time that step runs, never on a replay.
+`CAPSTONE_NEMESIS=KIND@S:R`, with no `--inject` flag, at a time the program does not know:
+- `nan@S:R`: rank R's gradients of training step S are non-finite: that step's first
+  backward pass is seeded with NaN (`grad_tensors` of `torch.autograd.backward`,
+  `grad_outputs` of `torch.autograd.grad`), so the NaN reaches the gradients however the
+  program collects them (`.grad`, hooks, flat buffers, `autograd.grad`), while the loss the
+  program computed stays finite;
+- `kill@S:R`: rank R is SIGKILLed as its step S's first backward pass starts;
+- `killsave@C:R`: rank R is SIGKILLed while it writes its shard of checkpoint C (the shard a
+  `torch.save` of the contract's dict with `step` C): half of the shard's bytes reach the
+  file the program named, then the process dies.
+Each fires once per process, the first time its step runs, never on a replay.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+KINDS = ("nan", "kill", "killsave")
 # The argument that seeds each function's backward, by name and position.
 _SEED = {"backward": ("grad_tensors", 1), "grad": ("grad_outputs", 2)}
 
@@ -30,12 +36,36 @@ class Nemesis:
         try:
             kind, rest = spec.split("@", 1)
             step, rank = rest.split(":", 1)
-            return cls(kind, int(step), int(rank)) if kind == "nan" else None
+            return cls(kind, int(step), int(rank)) if kind in KINDS else None
         except ValueError:
             return None
 
-    def due(self, step: int, rank: int | None) -> bool:
-        return not self.fired and step == self.step and (rank or 0) == self.rank
+    def due(self, step: int, rank: int | None, kind: str) -> bool:
+        return (not self.fired and kind == self.kind and step == self.step
+                and (rank or 0) == self.rank)
+
+    def kill(self) -> None:
+        import os
+        import signal
+
+        self.fired = True
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def torn_save(self, real_save: Any, obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+        """Half of what `torch.save(obj, f)` would write reaches `f`; then the rank dies."""
+        import io
+        import os
+
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        half = buffer.getvalue()[:len(buffer.getvalue()) // 2]
+        if isinstance(f, (str, os.PathLike)):
+            with open(f, "wb") as out:
+                out.write(half)
+        else:
+            f.write(half)
+            f.flush()
+        self.kill()
 
     def poison(self, name: str, roots: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
                ) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -291,11 +291,16 @@ class _Observer:
             except Exception as e:
                 record["work_error"] = repr(e)[:200]
             self.emit(record)
-            if self.nemesis is not None and self.nemesis.due(self.steps, self.rank):
-                args, kwargs = self.nemesis.poison(name, root, args, kwargs)
-                self.emit({"ev": "nemesis", "kind": self.nemesis.kind, "step": self.steps,
+            nemesis = self.nemesis
+            if nemesis is not None and nemesis.kind in ("nan", "kill") and \
+                    nemesis.due(self.steps, self.rank, nemesis.kind):
+                self.emit({"ev": "nemesis", "kind": nemesis.kind, "step": self.steps,
                            "rank": self.rank, "backward": self.backwards,
                            "t": time.time_ns()})
+                if nemesis.kind == "kill":
+                    nemesis.kill()
+                if nemesis.kind == "nan":
+                    args, kwargs = nemesis.poison(name, root, args, kwargs)
             if self.backwards in self.mem_at:
                 try:
                     self._snapshot()
@@ -384,6 +389,15 @@ class _Observer:
 
         @functools.wraps(real)
         def observed(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            nemesis = self.nemesis
+            if nemesis is not None and isinstance(obj, dict) and isinstance(
+                    obj.get("step"), int) and nemesis.due(obj["step"], self.rank, "killsave"):
+                import time
+
+                self.emit({"ev": "nemesis", "kind": "killsave", "step": obj["step"],
+                           "rank": self.rank, "file": str(args[0] if args else "")[:300],
+                           "t": time.time_ns()})
+                nemesis.torn_save(real, obj, *args, **kwargs)
             result = real(obj, *args, **kwargs)
             if os.getpid() not in done:
                 try:
@@ -543,8 +557,10 @@ def _nemesis() -> Any:
     spec = os.environ.get("CAPSTONE_NEMESIS")
     if not spec:
         return None
-    from _observer_nemesis import Nemesis
-
+    try:
+        from _observer_nemesis import Nemesis
+    except ImportError:  # never let the observer break the run
+        return None
     return Nemesis.parse(spec)
 
 
