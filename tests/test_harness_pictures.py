@@ -86,7 +86,7 @@ def test_only_the_checks_with_a_picture_kind_get_one():
     assert set(CHECKS) - {"equal_rank_norms"} <= {"no_deadlock", "communication",
                                                   "monotonic_loss", "single_process_parity",
                                                   "zero1_memory", "byte_exact_resume",
-                                                  "rollback"}
+                                                  "rollback", "rank_killed"}
     assert facts("equal_rank_norms", [], []) is None
 
 

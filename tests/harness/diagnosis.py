@@ -163,8 +163,10 @@ def _rollback(vs: list[Violation], n: int) -> list[str]:
     if killed:  # a rank the suite killed: what the run did then, in the check's words
         return list(dict.fromkeys(v.message for v in killed))
     never = [v for v in vs if v.found == "never made"]
-    if never:
-        return [f"the suite's own NaN could not be made: {never[0].message}"]
+    if never:  # the run did not get that far: what stopped it comes first
+        return [f"the run never reached the suite's fault: {never[0].message}"]
+    if any("the guard never fired" in v.message for v in vs):
+        return [NO_ROLLBACK]
     late = [v for v in vs if str(v.expected).startswith(LATE_GUARD)]
     if late:  # the check read the order the run logged in: its words are the hint
         return [f"the guard fired too late: {late[0].message}"]

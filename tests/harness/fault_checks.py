@@ -28,8 +28,8 @@ SPIKE = 2.0  # the contract's spike: a loss above twice the previous step's
 FLAG_HINT = "the guard must read the numbers, not the flag"
 
 
-def check_nemesis(run: Run, step: int, rank: int) -> list[Violation]:
-    """The suite's own NaN fired on `rank` at training step `step`."""
+def check_nemesis(run: Run, step: int, rank: int, kind: str = "nan") -> list[Violation]:
+    """The suite's own fault (`kind`) fired on `rank` at training step `step`."""
     obs, problems = observation_of(run, INV)
     if obs is None:
         return problems
@@ -37,10 +37,14 @@ def check_nemesis(run: Run, step: int, rank: int) -> list[Violation]:
     if p is not None and p.nemesis is not None:
         return []
     reached = max((s for s, _ in p.losses), default=0) if p else 0
-    return [Violation(INV, rank, step, f"the suite's NaN in rank {rank}'s gradients of step "
-                      f"{step}", "never made",
-                      f"rank {rank} ran no backward pass of step {step} (it reached step "
-                      f"{reached}; {run.outcome.reason()})")]
+    fault = {"nan": f"NaN in rank {rank}'s gradients of step {step}",
+             "kill": f"kill of rank {rank} in step {step}",
+             "killsave": f"kill of rank {rank} writing checkpoint {step}"}[kind]
+    where = f"ran no backward pass of step {step}" if kind != "killsave" else \
+        f"saved no shard of checkpoint {step}"
+    return [Violation(INV, rank, step, f"the suite's {fault}", "never made",
+                      f"rank {rank} {where} (it reached step {reached}; "
+                      f"{run.outcome.reason()})")]
 
 
 def _non_finite(p: ProcessTrace) -> bool:
@@ -114,7 +118,7 @@ def check_killed(run: Run, kind: str, step: int, rank: int) -> list[Violation]:
         return problems
     p = obs.trainers().get(rank)
     if p is None or p.nemesis is None or p.nemesis.get("kind") != kind:
-        return check_nemesis(run, step, rank)
+        return check_nemesis(run, step, rank, kind)
     what = f"rank {rank} killed {'in step' if kind == 'kill' else 'writing checkpoint'} {step}"
     out: list[Violation] = []
     o = run.outcome

@@ -28,7 +28,7 @@ from tests.harness.violations import Violation
 
 KINDS = {"no_deadlock": "timeline", "communication": "timeline", "monotonic_loss": "curves",
          "single_process_parity": "curves", "zero1_memory": "memory",
-         "byte_exact_resume": "restart", "rollback": "restart"}
+         "byte_exact_resume": "restart", "rollback": "restart", "rank_killed": "restart"}
 LAST_CALLS = 4  # per rank, before the problem
 
 
