@@ -49,7 +49,8 @@ def test_a_program_that_hangs_in_a_roomy_box_is_its_own_fault():
 
 
 @pytest.fixture
-def cache(tmp_path: Path) -> RunCache:
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunCache:
+    monkeypatch.setattr(stress, "in_a_box", lambda: True)
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "startup.json").write_text('{"startup_s": 5.0}')  # a slow box
     return RunCache(tmp_path / "runs", 30.0, tmp_path, None, None, Watch(hang_after_s=5.0))
@@ -94,6 +95,7 @@ def test_a_torch_that_cannot_import_under_the_cap_raises_the_cap(tmp_path, monke
         tried.append(cap_mb)
         return 1.0 if cap_mb is None or cap_mb >= 1024 else None
     monkeypatch.setattr(stress, "_import_torch", import_torch)
+    monkeypatch.setattr(stress, "in_a_box", lambda: True)
     found = stress.probe(tmp_path, 320)
     assert tried == [320, 640, 1280] and found["cap_mb"] == 1280
     assert stress.probe(tmp_path, 320) == found and len(tried) == 3  # once per session
@@ -101,3 +103,11 @@ def test_a_torch_that_cannot_import_under_the_cap_raises_the_cap(tmp_path, monke
         stress.bound_line(tmp_path, 30.0, 5.0)
     cache = RunCache(tmp_path, 30.0, tmp_path, 320 * 2**20, None, Watch())
     assert cache.mem_bytes == 1280 * 2**20
+
+
+def test_outside_a_box_nothing_is_probed_or_scaled(tmp_path, monkeypatch):
+    monkeypatch.setattr(stress, "in_a_box", lambda: False)
+    monkeypatch.setattr(stress, "_import_torch", lambda cap: pytest.fail("probed"))
+    cache = RunCache(tmp_path, 30.0, tmp_path, 320 * 2**20, None, Watch(hang_after_s=5.0))
+    assert cache.factor == 1.0 and cache.timeout_s == 30.0 and cache.mem_bytes == 320 * 2**20
+    assert "not scaled" in stress.bound_line(tmp_path, 30.0, 5.0)

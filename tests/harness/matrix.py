@@ -50,8 +50,8 @@ def _killed(run: Getter, kind: str) -> list[Violation]:
     """A rank the suite kills (seed 0's rank and step), and the resume from step 10."""
     spec = nemesis_kill(0, kind)
     _, step, rank = nemesis_of(spec) or (kind, 0, 1)
-    return check_killed(run(spec), kind, step, rank) + check_resumed_after_kill(
-        run(BASE), run(resumed_after(spec)), 10)
+    return check_killed(run(spec), kind, step, rank) + (check_resumed_after_kill(
+        run(BASE), run(resumed_after(spec)), 10) if kind == "killsave" else [])
 
 ROLLBACK_PROBE = ("nan", fault_step("nan", 0))  # the graded module's, under seed 0
 

@@ -177,6 +177,13 @@ def _import_torch(cap_mb: int | None) -> float | None:
     return time.monotonic() - t0
 
 
+def in_a_box() -> bool:
+    """A memory limit or a CPU quota on this process's cgroups: only there do runs start
+    slower than on an ordinary machine, or meet a per-process cap a torch may not fit."""
+    c = read()
+    return bool(c.limit_mb or c.quota)
+
+
 def probe(directory: Path, cap_mb: int | None = None) -> dict[str, float]:
     """How python with torch starts here, under the box's quota and the runs' cap on each
     process's data: `startup_s`, and `cap_mb`, the cap runs get. A torch that cannot even
@@ -214,7 +221,8 @@ def bound_line(directory: Path, run_timeout_s: float, hang_after_s: float) -> st
 
     path = directory / "startup.json"
     if not path.is_file():
-        return ""
+        return (f"run bound {run_timeout_s:.0f}s, hang watch {hang_after_s:.1f}s (no memory "
+                "limit or CPU quota here: not scaled)")
     found = json.loads(path.read_text())
     start = float(found["startup_s"])
     f = bound_factor(start)
