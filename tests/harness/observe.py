@@ -78,6 +78,7 @@ class ProcessTrace:
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) per backward
     grads_finite: list[tuple[int, bool]] = field(default_factory=list)  # under --inject nan@
     nemesis: dict[str, Any] | None = None  # the fault the suite's nemesis made in it
+    raised: dict[str, Any] | None = None  # an exception its launcher would keep (mp.spawn)
     stack: str = ""
 
     def open_call(self) -> Call | None:
@@ -201,6 +202,8 @@ def read_process(path: Path) -> ProcessTrace | None:
             trace.grads_finite.append((int(rec.get("step", 0)), bool(rec.get("finite"))))
         elif ev == "nemesis":
             trace.nemesis = rec
+        elif ev == "raise" and trace.raised is None:
+            trace.raised = rec
         elif ev == "mem":
             trace.memory.append(rec)
         elif ev == "state" and trace.state is None:

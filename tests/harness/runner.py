@@ -39,7 +39,7 @@ from typing import Any
 
 import psutil
 
-from tests.harness import box, contain, stress
+from tests.harness import box, contain, crash, stress
 from tests.harness.contain import GRACE_S  # by name: Watch's field `contain` hides the module
 from tests.harness.observe import OBSERVER_DIR, deadlocked, load_observation, stacks, where_blocked
 from tests.harness.procfs import live_processes
@@ -77,6 +77,7 @@ class Outcome:
     ended_ns: int = 0  # wall clock (time.time_ns) when the run ended or was stopped
     stress: dict[str, float] = field(default_factory=dict)  # the box's counters (stress.py)
     reached_collective: bool = False  # some rank of it entered a collective or a send
+    first_error: str = ""  # the first exception (rank, error, line) or signal in its stderr
 
     def save(self, path: Path) -> None:
         """Atomically, and never through a link a run may have planted at `path`."""
@@ -113,6 +114,8 @@ class Outcome:
             return (f"killed after the {self.wall_s:.0f}s bound "
                     f"({len(self.alive_at_bound)} processes alive){where}")
         if self.returncode != 0:
+            if self.first_error:  # the cause, not the launcher's last words
+                return f"exit code {self.returncode}: {self.first_error}"
             last = [ln for ln in self.stderr_tail.splitlines() if ln.strip()]
             return f"exit code {self.returncode}: {last[-1][:200] if last else '(no stderr)'}"
         return "exit code 0"
@@ -365,5 +368,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                    _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
                    deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox,
                    round(peak, 1), ooms, ended_ns=ended_ns, stress=pressure,
-                   reached_collective=reached)
+                   reached_collective=reached,
+                   first_error=crash.first_exception_of(
+                       stderr_path, [p.raised for p in seen.processes if p.raised]
+                       if seen is not None else None) if proc.returncode != 0 else "")
 

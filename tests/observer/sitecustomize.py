@@ -378,6 +378,32 @@ class _Observer:
                     continue
         return storages, params
 
+    # -- a rank's exception, where its launcher keeps it from stderr ---------------------------
+    def patch_spawn(self, mod: Any) -> None:
+        """mp.spawn's children hand their traceback to the parent, which re-raises only the
+        first it notices (often a peer that lost the collective, not the cause): each
+        child's exception is recorded here, with its time."""
+        import functools
+
+        real = getattr(mod, "_wrap", None)
+        if not callable(real):
+            return
+
+        @functools.wraps(real)  # its module and name: spawn pickles it by reference
+        def _wrap(fn: Any, i: int, args: Any, error_file: Any) -> Any:
+            def recorded(*a: Any) -> Any:
+                try:
+                    return fn(*a)
+                except Exception:
+                    import time
+                    import traceback
+
+                    self.emit({"ev": "raise", "rank": self.rank, "index": i,
+                               "t": time.time_ns(), "text": traceback.format_exc()[-6000:]})
+                    raise
+            return real(recorded, i, args, error_file)
+        mod._wrap = _wrap
+
     # -- where the optimizer state lives --------------------------------------------------------
     def patch_save(self, torch: Any) -> None:
         """`torch.save` (and `torch.serialization.save`, the same function): after the first
@@ -597,6 +623,7 @@ class _Hook:
     def __init__(self, observer: _Observer) -> None:
         self.targets = {"torch.distributed.distributed_c10d": observer.patch_c10d,
                         "torch.autograd": observer.patch_autograd,
+                        "torch.multiprocessing.spawn": observer.patch_spawn,
                         "torch": _imported_torch}
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:

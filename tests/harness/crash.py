@@ -1,0 +1,107 @@
+"""A crash told by its exception: the first traceback a run wrote to stderr, with the rank
+that raised it and the submission's line, or the signal that killed a rank.
+
+Launchers print a failed rank's traceback their own way (mp.spawn: "-- Process 1 terminated
+with the following error:", torchrun: "[rank1]:" before every line, a hand-made launcher: its
+own words); the first traceback is the cause, the later ones (peers that lost the collective)
+its consequences. The frame that counts is the innermost one outside Python's and torch's
+own files: where the submission was when it raised.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+_PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
+_RANK = re.compile(r"(?:[Pp]rocess|rank) (\d+)\b")
+_SIGNAL = re.compile(r"(?:[Pp]rocess|rank) (\d+) (?:terminated with signal|was killed by) "
+                     r"(SIG[A-Z]+)")
+# What a rank raises when a peer is gone (gloo, NCCL, the store): a consequence.
+LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+             "Connection refused", "NCCL communicator was aborted", "DistNetworkError",
+             "Socket Timeout", "timed out")
+# Exceptions a launcher raises about a failed rank (its cause is told after them).
+_LAUNCHERS = ("ProcessRaisedException", "ProcessExitedException", "ChildFailedError",
+              "LaunchError")
+_LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen", "/torch/",
+            "/observer/")
+
+
+def _lines(text: str) -> list[tuple[int | None, str]]:
+    """(rank from a torchrun-style prefix, line without it)."""
+    out: list[tuple[int | None, str]] = []
+    for line in text.splitlines():
+        m = _PREFIX.match(line)
+        out.append((int(m.group(1)), line[m.end():]) if m else (None, line))
+    return out
+
+
+def first_exception(text: str, rank: int | None = None) -> str:
+    """One line: which rank raised what, where in the submission; or which rank a signal
+    killed; "" when the stderr holds neither. `rank`: the traceback's own, where known."""
+    lines = _lines(text)
+    for i, (prefixed, line) in enumerate(lines):
+        if not line.startswith("Traceback (most recent call last):"):
+            continue
+        frames: list[tuple[str, str, str]] = []  # file, line, the code on it
+        j = i + 1
+        while j < len(lines):
+            m = _FRAME.match(lines[j][1])
+            if m:
+                code = lines[j + 1][1].strip() if j + 1 < len(lines) else ""
+                frames.append((m["file"], m["line"], code))
+                j += 2 if code and not _FRAME.match(code) else 1
+                continue
+            if lines[j][1].startswith((" ", "\t")) or not lines[j][1].strip():
+                j += 1
+                continue
+            break
+        error = lines[j][1].strip() if j < len(lines) else "an exception"
+        if any(w in error for w in _LAUNCHERS):
+            continue  # the launcher's own: the rank's traceback follows, or a signal's words
+        own = [f for f in frames if not any(x in f[0] for x in _LIBRARY)] or frames
+        where = ""
+        if own:
+            file, number, code = own[-1]
+            where = f" at {'/'.join(Path(file).parts[-2:])}:{number}" + \
+                (f" (`{code[:80]}`)" if code else "")
+        if rank is None:
+            rank = prefixed if prefixed is not None else _rank_before(lines, i)
+        who = f"rank {rank}" if rank is not None else "the run"
+        return f"{who} raised {error[:200]}{where}"
+    for _, line in lines:
+        m = _SIGNAL.search(line)
+        if m:
+            return f"rank {m.group(1)} was killed by {m.group(2)}"
+    return ""
+
+
+def _rank_before(lines: list[tuple[int | None, str]], at: int) -> int | None:
+    """The rank a launcher names in the few lines before a traceback."""
+    for _, line in reversed(lines[max(0, at - 3):at]):
+        m = _RANK.search(line)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def first_exception_of(stderr: Path, raised: list[dict[str, Any]] | None = None,
+                       limit: int = 2_000_000) -> str:
+    """The run's first exception: the earliest a rank's observer recorded (`raised`, where a
+    launcher keeps them from stderr), else the first traceback of the stderr file."""
+    # A rank whose peer died fails too, sometimes before the cause is recorded (the dying
+    # rank closes its connections while it unwinds): those are consequences, told last.
+    ordered = sorted(raised or [], key=lambda r: (any(w in str(r.get("text", ""))
+                                                      for w in LOST_PEER), int(r.get("t", 0))))
+    for rec in ordered:
+        found = first_exception(str(rec.get("text", "")), rec.get("rank"))
+        if found:
+            return found
+    try:
+        with open(stderr, "rb") as f:
+            return first_exception(f.read(limit).decode("utf-8", "replace"))
+    except OSError:
+        return ""

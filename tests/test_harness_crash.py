@@ -1,0 +1,59 @@
+"""A crash is told by its exception: the rank, the error and the submission's line, from the
+first traceback in the run's stderr (whatever launcher printed it), not the launcher's last
+words; a rank killed by a signal, by its signal."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.crash import first_exception
+from tests.harness.runs import BASE
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPAWN = """Traceback (most recent call last):
+  File "/work/sub/main.py", line 40, in <module>
+    mp.spawn(rank_main, args=(n, args), nprocs=n)
+  File "/venv/lib/python3.11/site-packages/torch/multiprocessing/spawn.py", line 328, in spawn
+    return start_processes(fn, args, nprocs, join, daemon, start_method="spawn")
+torch.multiprocessing.spawn.ProcessRaisedException:
+
+-- Process 1 terminated with the following error:
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/torch/multiprocessing/spawn.py", line 90, in _wrap
+    fn(i, *args)
+  File "/work/sub/main.py", line 22, in rank_main
+    start = offsets[step]
+IndexError: list index out of range
+"""
+TORCHRUN = """[rank2]: Traceback (most recent call last):
+[rank2]:   File "/work/sub/train.py", line 9, in <module>
+[rank2]:     loss = model(x).sum() / zero
+[rank2]: ZeroDivisionError: division by zero
+E1201 torch.distributed.elastic.multiprocessing.api: failed (exitcode: 1) local_rank: 2
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+"""
+KILLED = "torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with " \
+         "signal SIGKILL\n"
+
+
+def test_the_first_traceback_names_the_rank_the_error_and_the_line():
+    assert first_exception(SPAWN) == ("rank 1 raised IndexError: list index out of range at "
+                                      "sub/main.py:22 (`start = offsets[step]`)")
+    assert first_exception(TORCHRUN) == ("rank 2 raised ZeroDivisionError: division by zero "
+                                         "at sub/train.py:9 (`loss = model(x).sum() / zero`)")
+    assert first_exception(KILLED) == "rank 3 was killed by SIGKILL"
+    assert first_exception("main.py: error: unrecognized arguments: --seed 0\n") == ""
+
+
+@pytest.mark.slow
+def test_a_crash_at_step_3_is_told_by_its_exception(run_cache):
+    r = run_cache.get((sys.executable, str(ROOT / "tests" / "hostile" / "index_error.py")),
+                      BASE)
+    why = r.outcome.reason()
+    assert why.startswith(f"exit code {r.outcome.returncode}: rank 1 raised IndexError: "
+                          "list index out of range at hostile/index_error.py:"), why
+    assert "(`_ = offsets[len(steps) - 1]" in why  # the student's line, not a peer's error
