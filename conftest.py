@@ -19,7 +19,7 @@ from tests.harness.grading import LIKELY, NOT_GRADED
 from tests.harness.pictures import KINDS, as_text, facts
 from tests.harness.plugin import SuiteReport, suite_seed
 from tests.harness.runner import Watch
-from tests.harness.runs import BASE, SINGLE, RunCache, RunSpec, timeline_of
+from tests.harness.runs import BASE, RESUMED, SINGLE, RunCache, RunSpec, timeline_of
 from tests.harness.violations import Violation, summarize
 
 ROOT = Path(__file__).resolve().parent
@@ -121,6 +121,21 @@ def deadlocked(shared_tmp: Path) -> Run:
 
 
 RUNS_USED = pytest.StashKey[list[Run]]()
+ENDINGS_CHECKED = {BASE.name, SINGLE.name, RESUMED.name}  # the runs no_deadlock checks
+
+
+def unfinished(runs: list[Run], invariant: str) -> Run | None:
+    """The first run a check read that did not finish (a crash, a deadlock, the bound) where
+    the check needed it to: its violations would be consequences, not findings. A fault run
+    is what the rollback checks are about (how it ends is their finding), and the runs in
+    which the suite kills a rank are meant to end so."""
+    for r in runs:
+        o = r.outcome
+        subject = invariant == "rollback" and r.name != BASE.name
+        if not subject and not r.name.startswith("nemesis-kill") and (
+                o.returncode != 0 or o.timed_out or o.deadlock_s is not None):
+            return r
+    return None
 
 
 @pytest.fixture
@@ -156,6 +171,15 @@ def holds(record_property: Callable[[str, object], None], request: pytest.Fixtur
         if violations:
             first = violations[0]
             runs = list({id(r): r for r in request.node.stash.get(RUNS_USED, [])}.values())
+            stopped = unfinished(runs, first.invariant) \
+                if first.invariant != "no_deadlock" else None
+            if stopped is not None:  # a consequence: told in one line, the cause elsewhere
+                see = "; see no_deadlock" if stopped.name in ENDINGS_CHECKED else ""
+                line = (f"not checked: the {stopped.name} run did not finish "
+                        f"({stopped.outcome.reason()[:300]}){see}")
+                record_property("first_violation", line)
+                record_property("reason", f"{what}: {line}")
+                pytest.fail(f"{what}: {line}", pytrace=False)
             timelines = {r.name: str(t) for r in runs if (t := timeline_of(r)) is not None}
             if timelines:
                 record_property("timelines", json.dumps(timelines))

@@ -42,9 +42,11 @@ def check_nemesis(run: Run, step: int, rank: int, kind: str = "nan") -> list[Vio
              "killsave": f"kill of rank {rank} writing checkpoint {step}"}[kind]
     where = f"ran no backward pass of step {step}" if kind != "killsave" else \
         f"saved no shard of checkpoint {step}"
+    o = run.outcome
+    stopped = o.returncode != 0 or o.timed_out or o.deadlock_s is not None
     return [Violation(INV, rank, step, f"the suite's {fault}", "never made",
-                      f"rank {rank} {where} (it reached step {reached}; "
-                      f"{run.outcome.reason()})")]
+                      ("not checked: " if stopped else "") + f"rank {rank} {where} (it "
+                      f"reached step {reached}; {o.reason()[:300]})")]
 
 
 def _non_finite(p: ProcessTrace) -> bool:
@@ -78,9 +80,14 @@ def check_fault_took_effect(run: Run, kind: str, step: int) -> list[Violation]:
     rolled = [e for events in run.parsed.events.values() for e in events
               if e.get("event") == "rollback" and e.get("reason") == kind]
     if not rolled:  # nothing to believe or doubt: no points for a guard never seen
+        o = run.outcome
+        if o.returncode != 0 or o.timed_out or o.deadlock_s is not None:
+            return [Violation(INV, None, step, f"the {kind}@{step} run to reach its fault",
+                              "not checked", f"not checked: the {kind}@{step} run did not "
+                              f"finish ({o.reason()[:300]})")]
         return [Violation(INV, None, step, f"a rollback with reason {kind!r} after the "
                           f"{kind}@{step} fault", "none", "the guard never fired, so it was "
-                          f"never seen to meet the fault ({run.outcome.reason()})")]
+                          f"never seen to meet the fault ({o.reason()})")]
     ranks = obs.trainers().values()
     seen = any(_non_finite(p) for p in ranks) if kind == "nan" else \
         any(_spiked(p) for p in ranks)

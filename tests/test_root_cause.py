@@ -1,0 +1,62 @@
+"""Causes before consequences: a submission that deadlocks in step 5, or whose rank 1 raises
+in step 3, is told so where the run's ending is checked (no_deadlock: the blocking calls, the
+exception with its rank and line), and every check that needed that run to finish says so in
+one line ("not checked: the base run did not finish (...)"), with no statement drawn from a
+step the run never finished or a fault it never reached. Their points stay lost: failing a
+run on purpose gains nothing."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.session import Grading, grade
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.long, pytest.mark.slow]
+
+
+def _graded(tmp_path: Path, program: Path) -> dict[str, str]:
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    shutil.copy(program, sub / "main.py")
+    results = grade(sub, tmp_path / "results.json",
+                    Grading(entry=f"{sys.executable} main.py").resolved())
+    assert results["score"] < 50
+    return {t["name"].split("/")[-1]: t["output"] for t in results["tests"]
+            if t.get("status") == "failed"}
+
+
+def _consequences(failed: dict[str, str]) -> dict[str, str]:
+    """Every failed test but the ones that check how the runs ended."""
+    return {n: o for n, o in failed.items() if "no_deadlock" not in n}
+
+
+def test_a_deadlock_is_told_once_and_what_it_broke_in_one_line_each(tmp_path, reference_only):
+    failed = _graded(tmp_path, ROOT / "tests" / "submissions" / "deadlock_at_step_5" /
+                     "main.py")
+    ending = next(o for n, o in failed.items() if "no_deadlock" in n and "[base]" in n)
+    assert "blocked in recv(src=1)" in ending
+    for name, out in _consequences(failed).items():
+        assert "not checked: " in out and "likely" not in out, (name, out)
+        if "[base]" in name:
+            assert out.split(": ", 1)[1].startswith("not checked: the base run did not "
+                                                    "finish (deadlock"), (name, out)
+            assert "\n" not in out, (name, out)
+    text = "\n".join(failed.values())
+    assert "of the gradient is reduced" not in text and "guard never fired" not in text
+
+
+def test_a_crash_is_told_by_its_exception_rank_and_line(tmp_path, reference_only):
+    failed = _graded(tmp_path, ROOT / "tests" / "hostile" / "index_error.py")
+    ending = next(o for n, o in failed.items() if "no_deadlock" in n and "[base]" in n)
+    assert "rank 1 raised IndexError: list index out of range at sub/main.py:" in ending
+    for name, out in _consequences(failed).items():
+        assert "not checked: " in out and "likely" not in out, (name, out)
+        if "[base]" in name:
+            assert "not checked: the base run did not finish (exit code 1: rank 1 raised " \
+                   "IndexError" in out, (name, out)
+    assert "guard never fired" not in "\n".join(failed.values())
