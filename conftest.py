@@ -15,7 +15,7 @@ import pytest
 from tests.harness import box
 from tests.harness.checks import Run
 from tests.harness.diagnosis import diagnose
-from tests.harness.grading import LIKELY, NOT_GRADED
+from tests.harness.grading import LIKELY, NOT_CHECKED, NOT_GRADED
 from tests.harness.pictures import KINDS, as_text, facts
 from tests.harness.plugin import SuiteReport, suite_seed
 from tests.harness.runner import Watch
@@ -175,7 +175,7 @@ def holds(record_property: Callable[[str, object], None], request: pytest.Fixtur
                 if first.invariant != "no_deadlock" else None
             if stopped is not None:  # a consequence: told in one line, the cause elsewhere
                 see = "; see no_deadlock" if stopped.name in ENDINGS_CHECKED else ""
-                line = (f"not checked: the {stopped.name} run did not finish "
+                line = (f"{NOT_CHECKED}the {stopped.name} run did not finish "
                         f"({stopped.outcome.reason()[:300]}){see}")
                 record_property("first_violation", line)
                 record_property("reason", f"{what}: {line}")

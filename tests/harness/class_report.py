@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tests.harness.grading import LIKELY, NOT_GRADED, WEIGHTS, graded_name
+from tests.harness.grading import LIKELY, NOT_CHECKED, NOT_GRADED, WEIGHTS, graded_name
 from tests.harness.pictures import render
 
 INVARIANTS = tuple(WEIGHTS)
@@ -33,21 +33,44 @@ def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             continue  # not graded (skipped)
         name = graded_name(t["name"]) or t["name"]
         row = out.setdefault(name, {"score": 0.0, "max_score": 0.0, "passed": True,
-                                    "first": "", "likely": [], "not_graded": ""})
+                                    "first": "", "likely": [], "not_graded": "",
+                                    "consequence": True})
         row["score"] += t.get("score", 0.0)
         row["max_score"] += t.get("max_score", 0.0)
         if str(t.get("output", "")).startswith(NOT_GRADED):
             row["not_graded"] = row["not_graded"] or str(t["output"]).removeprefix(NOT_GRADED)
         elif t.get("status") != "passed":
             lines = str(t.get("output", "")).splitlines()
-            if row["passed"]:
-                row["first"] = lines[0] if lines else ""
+            if row["passed"] or (row["consequence"] and not _unchecked(lines)):
+                row["first"] = lines[0] if lines else ""  # a finding before a consequence
+            row["consequence"] = row["consequence"] and _unchecked(lines)
             row["passed"] = False
             for line in lines[1:]:
                 cause = line.removeprefix(LIKELY)
                 if line.startswith(LIKELY) and cause not in row["likely"]:
                     row["likely"].append(cause)
     return out
+
+
+def _unchecked(lines: list[str]) -> bool:
+    """A failed test's output that says its run never got there (the cause is elsewhere)."""
+    return bool(lines) and NOT_CHECKED in lines[0]
+
+
+def root_causes(results: dict[str, Any]) -> list[str]:
+    """What went wrong, each distinct cause once, in the order a student should read them:
+    per failed invariant that was really checked, its most likely cause (or its first
+    violation); the invariants that could not be checked add nothing."""
+    inv = per_invariant(results)
+    causes: list[str] = []
+    for name in sorted(inv, key=_order):
+        row = inv[name]
+        if row["passed"] or row["consequence"]:
+            continue
+        cause = row["likely"][0] if row["likely"] else f"{name}: {row['first']}"
+        if cause not in causes:
+            causes.append(cause)
+    return causes
 
 
 def _points(x: float) -> str:
@@ -79,7 +102,13 @@ def feedback(student: str, results: dict[str, Any], pictures: dict[str, str] | N
     pictures, timelines = pictures or {}, timelines or {}
     lines = [f"# {student}: {results.get('score', 0):.4g} / 100", "",
              str(results.get("output", "")), ""]
-    for name in sorted(inv, key=lambda k: (inv[k]["passed"], _order(k))):
+    causes = root_causes(results)
+    if causes:  # the cause first, once: students fix the first thing they read
+        lines += ["## What went wrong", ""]
+        lines += [f"{i}. {cause}" for i, cause in enumerate(causes, 1)]
+        lines.append("")
+    for name in sorted(inv, key=lambda k: (inv[k]["passed"], inv[k]["consequence"],
+                                           _order(k))):
         row = inv[name]
         if row["not_graded"] and row["passed"]:
             lines += [f"## {name}: NOT GRADED", "", f"{NOT_GRADED}{row['not_graded']}", ""]
@@ -87,6 +116,9 @@ def feedback(student: str, results: dict[str, Any], pictures: dict[str, str] | N
         verdict = "passed" if row["passed"] else "FAILED"
         lines.append(f"## {name}: {verdict} ({_points(row['score'])} / "
                      f"{_points(row['max_score'])})")
+        if not row["passed"] and row["consequence"]:  # one line: its cause is told above
+            lines += ["", row["first"].split(": ", 1)[-1], ""]
+            continue
         if not row["passed"]:
             lines += ["", f"First violation: {row['first']}"]
             if row["likely"]:
@@ -175,12 +207,17 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
     who: dict[str, list[str]] = {k: [] for k in INVARIANTS}
     for student, results in sorted(grades.items()):
         for name, row in per_invariant(results).items():
-            if not row["passed"]:
+            if not row["passed"] and not row["consequence"]:
                 counts[name] += 1
                 cause = row["likely"][0] if row["likely"] else row["first"]
                 who.setdefault(name, []).append(f"{student} ({_short(cause, 90)})")
             if row["likely"]:
                 causes.setdefault(name, Counter())[row["likely"][0]] += 1
+    by_cause: dict[str, list[str]] = {}
+    for student, results in sorted(grades.items()):
+        first = root_causes(results)[:1]
+        if first:
+            by_cause.setdefault(_short(first[0], 160), []).append(student)
     scores = sorted(r.get("score", 0.0) for r in grades.values())
     spoiled = sorted(name for name, r in grades.items()
                      if any(v["not_graded"] for v in per_invariant(r).values()))
@@ -194,6 +231,11 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
               "| score | " + " | ".join(b for b, _ in bins) + " |",
               "|---" * (len(bins) + 1) + "|",
               "| students | " + " | ".join(str(n) for _, n in bins) + " |", "",
+              "| what went wrong first | students | who |", "|---|---|---|",
+              *(f"| {cause} | {len(who_)} | {', '.join(who_)} |" for cause, who_ in
+                sorted(by_cause.items(), key=lambda kv: -len(kv[1]))), "",
+              "Per invariant, what was checked (a student whose run did not get there is "
+              "counted under its cause above, not here):", "",
               "| invariant | students failing | most common likely cause | who (their most "
               "likely cause) |", "|---|---|---|---|"]
     for name in INVARIANTS:
@@ -202,7 +244,8 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
         lines.append(f"| {name} | {counts[name]} | {cause} | {'; '.join(who[name])} |")
     written = [out / "summary.md"]
     try:
-        written.append(_plot(out / "summary.png", counts, scores))
+        written.append(_plot(out / "summary.png", counts, scores,
+                             {c: len(w) for c, w in by_cause.items()}))
         lines += ["", "![scores and the invariants the class fails](summary.png)"]
     except ImportError:
         lines += ["", "(no picture: install matplotlib, e.g. the project's [plot] extra)"]
@@ -214,7 +257,8 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _plot(path: Path, counts: Counter[str], scores: list[float]) -> Path:
+def _plot(path: Path, counts: Counter[str], scores: list[float],
+          by_cause: dict[str, int] | None = None) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -223,7 +267,16 @@ def _plot(path: Path, counts: Counter[str], scores: list[float]) -> Path:
 
     students = len(scores)
     names = list(INVARIANTS)[::-1]
-    fig, (hist, ax) = plt.subplots(1, 2, figsize=(12, 0.45 * len(names) + 1.4))
+    causes = sorted((by_cause or {}).items(), key=lambda kv: kv[1])[-8:]
+    fig, (hist, ax, why) = plt.subplots(1, 3, figsize=(18, 0.45 * len(names) + 1.4))
+    if causes:
+        cbars = why.barh([_short(c, 45) for c, _ in causes], [n for _, n in causes],
+                         color="#8e44ad")
+        why.bar_label(cbars, padding=3)
+        why.tick_params(axis="y", labelsize=6)
+    why.xaxis.set_major_locator(MaxNLocator(integer=True))
+    why.set_xlabel("students")
+    why.set_title("What went wrong first")
     bins = score_bins(scores)
     hist.bar([b for b, _ in bins], [n for _, n in bins], color="#2980b9")
     hist.yaxis.set_major_locator(MaxNLocator(integer=True))

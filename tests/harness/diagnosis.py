@@ -193,6 +193,15 @@ def _deadlock(vs: list[Violation], n: int) -> list[str]:
             found.append(LEFT_BEHIND)
         elif "still running at the bound" in str(v.found):
             found.append(HUNG)
+        elif str(v.expected) == "exit code 0":  # how it ended, in its own words
+            said = v.message.split(": ", 1)[-1]
+            if "unrecognized arguments" in said or ": error: argument" in said:
+                found.append(f"the program rejects a flag of run contract v1 (accept every "
+                             f"flag docs/contract.md lists): {said}")
+            elif " raised " in said or "killed by SIG" in said:
+                found.append(f"the program crashed: {said}")
+            else:
+                found.append(f"the program exited with code {v.found}: {said}")
     return found
 
 

@@ -31,6 +31,7 @@ VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 CONFIG_VAR = "CAPSTONE_GRADING"
 LIKELY = "likely: "  # starts each likely-cause line of a test's output (class_report reads it)
 NOT_GRADED = "NOT GRADED (the grading machine's fault, not the submission's): "
+NOT_CHECKED = "not checked: "  # a check whose run did not get there (conftest.holds)
 _MODULE = re.compile(r"(?:^|/)test_(?:invariant|fault)_(?P<name>\w+)\.py::")
 
 
@@ -123,5 +124,13 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                                            if "picture" in o and n in collected},
                               **(extra or {})},
                "tests": tests}
+    from tests.harness.class_report import root_causes  # it reads this module's names
+
+    causes = root_causes(results)
+    if causes:  # Gradescope shows this text first: the cause once, before the invariants
+        went = "What went wrong:\n" + "\n".join(
+            f"{i}. {one_line(c, 400)}" for i, c in enumerate(causes, 1)) + "\n\n"
+        out = str(results["output"])
+        results["output"] = out[:len(banner)] + went + out[len(banner):]  # the banner first
     path.write_text(json.dumps(results, indent=2) + "\n")
     return results
