@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import json
 
-from tests.harness.grading import NOT_GRADED, WEIGHTS, graded_name, write_results
+from tests.harness.grading import (
+    LIKELY,
+    NOT_CHECKED,
+    NOT_GRADED,
+    WEIGHTS,
+    graded_name,
+    write_results,
+)
 
 
 def test_weights_total_100_and_only_graded_modules_count():
@@ -77,3 +84,31 @@ def test_the_class_median_is_the_median(tmp_path):
     write_summary(tmp_path, {"a": {"score": 100.0, "tests": []},
                              "b": {"score": 90.0, "tests": []}})
     assert "Median score 95;" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_cause_is_told_once_first_and_the_class_is_grouped_by_it(tmp_path):
+    """A deadlocking student: no_deadlock's cause once, first; what it broke one line each,
+    counted under the cause in the class summary, not under each invariant."""
+    from tests.harness.class_report import feedback, root_causes, write_summary
+
+    cause = "ranks issue different collectives; deadlock: rank 0 blocked in recv(src=1)"
+    tests = [{"name": "tests/test_invariant_no_deadlock.py::t[base]", "score": 0.0,
+              "max_score": 10.0, "status": "failed",
+              "output": f"termination of the base run: deadlock\n{LIKELY}{cause}"}]
+    for name in ("monotonic_loss", "zero1_memory", "communication"):
+        tests.append({"name": f"tests/test_invariant_{name}.py::t", "score": 0.0,
+                      "max_score": 10.0, "status": "failed",
+                      "output": f"{name} of the base run: {NOT_CHECKED}the base run did not "
+                                "finish (deadlock); see no_deadlock"})
+    deadlocked = {"score": 0.0, "output": "", "tests": tests}
+    assert root_causes(deadlocked) == [cause]
+    page = feedback("ada", deadlocked)
+    assert page.index("## What went wrong") < page.index("## no_deadlock")
+    assert page.count(cause) == 2  # the cause, then its invariant's likely line
+    assert "\n\nnot checked: the base run did not finish (deadlock); see no_deadlock\n" in page
+    ok = {"score": 100.0, "output": "", "tests": [dict(t, score=10.0, status="passed")
+                                                  for t in tests]}
+    write_summary(tmp_path, {"ada": deadlocked, "bob": dict(deadlocked), "cy": ok})
+    summary = (tmp_path / "summary.md").read_text()
+    assert f"| {cause} | 2 | ada, bob |" in summary
+    assert "| zero1_memory | 0 |" in summary and "| no_deadlock | 2 |" in summary
