@@ -1,16 +1,12 @@
 """A submission whose rank 1 raises IndexError in its third step (a student's off-by-one),
-started the way PyTorch's DDP tutorial starts ranks (mp.spawn): the other ranks then fail on
-the lost peer, and mp.spawn re-raises in the parent."""
+started the way PyTorch's DDP tutorial starts ranks (mp.spawn, tutorial.py beside it): the
+other ranks then fail on the lost peer, and mp.spawn re-raises in the parent."""
 
-import os
-import sys
-
-import torch.multiprocessing as mp
+from tutorial import rank_main as tutorial_rank
+from tutorial import spawn
 
 
 def rank_main(rank: int, world_size: int, argv: list[str]) -> None:
-    os.environ.update(MASTER_ADDR="localhost", MASTER_PORT="12356", RANK=str(rank),
-                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     from capstone import trainer
 
     real = trainer.accumulate_gradients
@@ -23,14 +19,8 @@ def rank_main(rank: int, world_size: int, argv: list[str]) -> None:
             _ = offsets[len(steps) - 1]  # step 3: no such offset
         return real(*args, **kwargs)
     trainer.accumulate_gradients = forward_backward
-    from capstone.cli import main
-
-    code = main(argv)
-    if code:
-        sys.exit(code)
+    tutorial_rank(rank, world_size, argv, port="12356")
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    n = int(args[args.index("--world-size") + 1]) if "--world-size" in args else 4
-    mp.spawn(rank_main, args=(n, args), nprocs=n)
+    spawn(rank_main)
