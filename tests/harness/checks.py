@@ -400,8 +400,11 @@ def check_rollback(clean: Run, faulted: Run, kind: str, step: int) -> list[Viola
     inv = "rollback"
     out: list[Violation] = []
     if faulted.outcome.returncode != 0:
+        last = max((max(recs, default=0) for recs in faulted.parsed.records.values()),
+                   default=0)
         out.append(Violation(inv, None, step, "exit code 0 after the rollback",
-                             faulted.outcome.reason()))
+                             faulted.outcome.reason(), f"it stopped at step {last}, before "
+                             "the fault" if last < step else ""))
     for rank in range(faulted.world_size):
         events = [e for e in faulted.parsed.events.get(rank, [])
                   if e.get("event") == "rollback"]

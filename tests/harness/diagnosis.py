@@ -172,8 +172,10 @@ def _rollback(vs: list[Violation], n: int) -> list[str]:
         return [f"the guard fired too late: {late[0].message}"]
     missing = {v.rank for v in vs if str(v.expected).startswith("a rollback event")}
     ended = [v for v in vs if str(v.expected).startswith("exit code 0 after the rollback")]
-    if missing and ended:  # no rollback, and the run did not finish: it may never have got
-        return [f"the faulted run did not finish, so no guard was seen: {ended[0].found}"]
+    early = [v for v in ended if v.message.endswith("before the fault")]
+    if missing and early:  # no rollback, and the run stopped before the fault's step
+        return [f"the faulted run stopped before its fault, so no guard was seen: "
+                f"{early[0].message}: {early[0].found}"]
     if missing and len(missing) < n:
         return [LOCAL_GUARD]
     if missing:
