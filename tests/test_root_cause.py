@@ -23,7 +23,8 @@ def _graded(tmp_path: Path, program: Path) -> dict[str, str]:
     sub = tmp_path / "sub"
     sub.mkdir()
     shutil.copy(program, sub / "main.py")
-    shutil.copy(program.with_name("tutorial.py"), sub)  # what index_error.py starts ranks with
+    if program.parent.name == "hostile":  # index_error.py starts its ranks by tutorial.py
+        shutil.copy(program.with_name("tutorial.py"), sub)
     results = grade(sub, tmp_path / "results.json",
                     Grading(entry=f"{sys.executable} main.py").resolved())
     assert results["score"] < 50
