@@ -37,6 +37,11 @@ def test_a_quota_under_which_no_rank_started_is_the_box_but_a_sleeper_is_not():
     assert stress.starved(busy, 31.0, reached_collective=True) == ""  # it ran, then hung
     idle = _stress(throttled=5, throttled_us=100_000, cpu_us=400_000)  # a sleeping program
     assert stress.starved(idle, 31.0, reached_collective=False) == ""
+    # No CPU accounting at hand (cgroup v1, cpuacct mounted apart): the share of the quota's
+    # periods in which it ran out stands in for the CPU used.
+    unknown = dict(busy, cpu_us=-1, periods=310)
+    assert "97%" in stress.starved(unknown, 31.0, reached_collective=False)
+    assert stress.starved(dict(idle, cpu_us=-1, periods=310), 31.0, False) == ""
 
 
 def test_a_program_that_hangs_in_a_roomy_box_is_its_own_fault():

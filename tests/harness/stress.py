@@ -42,7 +42,8 @@ class Counters:
     peak_mb: float = 0.0  # the box's own peak (page cache included), where the kernel keeps it
     stall_us: int = -1  # memory "full" stall, microseconds (-1: the kernel reports none)
     quota: float = 0.0  # CPU quota in cores (0: none)
-    throttled: int = 0
+    periods: int = 0  # quota periods the box ran in
+    throttled: int = 0  # periods in which it used up its quota
     throttled_us: int = 0
     cpu_us: int = -1  # CPU time used by the box (-1: unknown)
 
@@ -96,7 +97,8 @@ def read() -> Counters:
             if usage is None:  # cpuacct mounted on its own
                 acct = [x for x in _v1("cpuacct") if x.name == d.name]
                 usage = _int(_read(acct[0] / "cpuacct.usage")) if acct else None
-            c.update(quota=q / p, throttled=stat.get("nr_throttled", 0),
+            c.update(quota=q / p, periods=stat.get("nr_periods", 0),
+                     throttled=stat.get("nr_throttled", 0),
                      throttled_us=stat.get("throttled_time", 0) // 1000,
                      cpu_us=-1 if usage is None else usage // 1000)
             break
@@ -105,7 +107,8 @@ def read() -> Counters:
         if v and not v.startswith("max"):
             q2, p2 = v.split()
             stat = counters(d / "cpu.stat")
-            c.update(quota=int(q2) / int(p2), throttled=stat.get("nr_throttled", 0),
+            c.update(quota=int(q2) / int(p2), periods=stat.get("nr_periods", 0),
+                     throttled=stat.get("nr_throttled", 0),
                      throttled_us=stat.get("throttled_usec", 0),
                      cpu_us=stat.get("usage_usec", -1))
             break
@@ -116,7 +119,7 @@ def since(before: Counters, after: Counters | None = None) -> dict[str, float]:
     """What happened in the box between two readings (a run's), as a dict for Outcome."""
     a = after or read()
     out = asdict(a)
-    for key in ("limit_hits", "throttled", "throttled_us"):
+    for key in ("limit_hits", "periods", "throttled", "throttled_us"):
         out[key] = getattr(a, key) - getattr(before, key)
     for key in ("stall_us", "cpu_us"):
         b, x = getattr(before, key), getattr(a, key)
@@ -140,7 +143,11 @@ def starved(stress: dict[str, float], wall_s: float, reached_collective: bool) -
                      f"{peak:.0f} MB{stalled})")
     quota, cpu_ms = stress.get("quota", 0.0), stress.get("cpu_us", -1) / 1000
     if quota and stress.get("throttled", 0) > 0 and not reached_collective:
-        busy = cpu_ms / (quota * wall_s * 1000) if cpu_ms >= 0 else 0.0
+        # The CPU the box used, against what its quota granted; where no accounting is at
+        # hand (v1 with cpuacct mounted apart), the share of periods whose quota ran out.
+        used = cpu_ms / (quota * wall_s * 1000) if cpu_ms >= 0 else 0.0
+        periods = stress.get("periods", 0)
+        busy = max(used, stress["throttled"] / periods if periods else 0.0)
         if busy >= BUSY_SHARE:
             facts.append(f"the box's {quota:g} CPU quota throttled it "
                          f"{stress['throttled']:.0f} times ({stress['throttled_us'] / 1e6:.1f}s) "
