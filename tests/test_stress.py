@@ -42,6 +42,9 @@ def test_a_quota_under_which_no_rank_started_is_the_box_but_a_sleeper_is_not():
     unknown = dict(busy, cpu_us=-1, periods=310)
     assert "97%" in stress.starved(unknown, 31.0, reached_collective=False)
     assert stress.starved(dict(idle, cpu_us=-1, periods=310), 31.0, False) == ""
+    # A program that failed by itself (a MemoryError at its own cap) before the bound is
+    # charged, however hard the quota throttled it.
+    assert stress.starved(busy, 3.0, reached_collective=False, timed_out=False) == ""
 
 
 def test_a_program_that_hangs_in_a_roomy_box_is_its_own_fault():

@@ -98,7 +98,8 @@ class Outcome:
         was not starved, however tight the box."""
         if self.returncode == 0 and not self.timed_out:
             return ""
-        return stress.starved(self.stress, self.wall_s, self.reached_collective)
+        return stress.starved(self.stress, self.wall_s, self.reached_collective,
+                              self.timed_out)
 
     @classmethod
     def load(cls, path: Path) -> Outcome:

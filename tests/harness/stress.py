@@ -127,8 +127,11 @@ def since(before: Counters, after: Counters | None = None) -> dict[str, float]:
     return out
 
 
-def starved(stress: dict[str, float], wall_s: float, reached_collective: bool) -> str:
-    """The facts that make a failed run the box's doing, or "" (the program's own)."""
+def starved(stress: dict[str, float], wall_s: float, reached_collective: bool,
+            timed_out: bool = True) -> str:
+    """The facts that make a failed run the box's doing, or "" (the program's own). A quota
+    excuses only a run stopped at the bound: one that failed by itself before it (a
+    MemoryError, an exception) did so however fast the box let it run."""
     if not stress or wall_s <= 0:
         return ""
     facts = []
@@ -142,7 +145,7 @@ def starved(stress: dict[str, float], wall_s: float, reached_collective: bool) -
         facts.append(f"the box sat at its {limit:.0f} MB memory limit ({hits:.0f} times, peak "
                      f"{peak:.0f} MB{stalled})")
     quota, cpu_ms = stress.get("quota", 0.0), stress.get("cpu_us", -1) / 1000
-    if quota and stress.get("throttled", 0) > 0 and not reached_collective:
+    if quota and timed_out and stress.get("throttled", 0) > 0 and not reached_collective:
         # The CPU the box used, against what its quota granted; where no accounting is at
         # hand (v1 with cpuacct mounted apart), the share of periods whose quota ran out.
         used = cpu_ms / (quota * wall_s * 1000) if cpu_ms >= 0 else 0.0
