@@ -132,8 +132,7 @@ def unfinished(runs: list[Run], invariant: str) -> Run | None:
     for r in runs:
         o = r.outcome
         subject = invariant == "rollback" and r.name != BASE.name
-        if not subject and not r.name.startswith("nemesis-kill") and (
-                o.returncode != 0 or o.timed_out or o.deadlock_s is not None):
+        if not subject and not r.name.startswith("nemesis-kill") and not o.finished():
             return r
     return None
 

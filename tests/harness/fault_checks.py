@@ -43,7 +43,7 @@ def check_nemesis(run: Run, step: int, rank: int, kind: str = "nan") -> list[Vio
     where = f"ran no backward pass of step {step}" if kind != "killsave" else \
         f"saved no shard of checkpoint {step}"
     o = run.outcome
-    stopped = o.returncode != 0 or o.timed_out or o.deadlock_s is not None
+    stopped = not o.finished()
     return [Violation(INV, rank, step, f"the suite's {fault}", "never made",
                       ("not checked: " if stopped else "") + f"rank {rank} {where} (it "
                       f"reached step {reached}; {o.reason()[:300]})")]
@@ -81,7 +81,7 @@ def check_fault_took_effect(run: Run, kind: str, step: int) -> list[Violation]:
               if e.get("event") == "rollback" and e.get("reason") == kind]
     if not rolled:  # nothing to believe or doubt: no points for a guard never seen
         o = run.outcome
-        if o.returncode != 0 or o.timed_out or o.deadlock_s is not None:
+        if not o.finished():
             return [Violation(INV, None, step, f"the {kind}@{step} run to reach its fault",
                               "not checked", f"not checked: the {kind}@{step} run did not "
                               f"finish ({o.reason()[:300]})")]

@@ -86,6 +86,10 @@ class Outcome:
             f.write(json.dumps(asdict(self)))
         os.replace(tmp, path)
 
+    def finished(self) -> bool:
+        """The run ended by itself with exit 0: not a crash, a deadlock or the bound."""
+        return self.returncode == 0 and not self.timed_out and self.deadlock_s is None
+
     def ended_by_the_box(self) -> bool:
         """The run did not end well while the kernel OOM-killed something, or while the box
         starved it (`starved`): the box's doing (the run's own processes are capped by

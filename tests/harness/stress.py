@@ -24,9 +24,8 @@ import contextlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tests.harness.box import _chain, _read, _v2_dirs, counters, own_cgroups
+from tests.harness.box import _read, _v1_dirs, _v2_dirs, counters
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Thrashing: tasks stalled on memory for at least this share of the run's wall time.
 STALL_SHARE = 0.05
 # CPU starvation: the run used at least this share of the CPU time the quota granted (a
@@ -48,11 +47,6 @@ class Counters:
     cpu_us: int = -1  # CPU time used by the box (-1: unknown)
 
 
-def _v1(controller: str) -> list[Path]:
-    base = CGROUP_ROOT / controller
-    return _chain(base, own_cgroups().get(controller, "/")) if base.is_dir() else []
-
-
 def _int(text: str | None) -> int | None:
     return int(text) if text and text.strip().lstrip("-").isdigit() else None
 
@@ -69,7 +63,7 @@ def _psi(path: Path) -> int | None:
 def read() -> Counters:
     """The counters now, of the innermost memory-limited and CPU-limited cgroups."""
     c: dict[str, float] = {}
-    for d in _v1("memory"):
+    for d in _v1_dirs("memory"):
         limit = _int(_read(d / "memory.limit_in_bytes"))
         if limit and limit < 2**60:
             c.update(limit_mb=limit / 2**20,
@@ -89,13 +83,13 @@ def read() -> Counters:
     if "stall_us" not in c:
         stall = _psi(Path("/proc/pressure/memory"))
         c["stall_us"] = -1 if stall is None else stall
-    for d in _v1("cpu") or _v1("cpu,cpuacct"):
+    for d in _v1_dirs("cpu") or _v1_dirs("cpu,cpuacct"):
         q, p = _int(_read(d / "cpu.cfs_quota_us")), _int(_read(d / "cpu.cfs_period_us"))
         if q and p and q > 0:
             stat = counters(d / "cpu.stat")
             usage = _int(_read(d / "cpuacct.usage"))
             if usage is None:  # cpuacct mounted on its own
-                acct = [x for x in _v1("cpuacct") if x.name == d.name]
+                acct = [x for x in _v1_dirs("cpuacct") if x.name == d.name]
                 usage = _int(_read(acct[0] / "cpuacct.usage")) if acct else None
             c.update(quota=q / p, periods=stat.get("nr_periods", 0),
                      throttled=stat.get("nr_throttled", 0),
