@@ -2,7 +2,8 @@
 
 Two ways in:
 - the default launcher forks `world_size` ranks from this process (torch is imported once,
-  so start-up costs ~0.1 s instead of one torch import per rank) and joins them through a
+  so start-up costs ~0.1 s instead of one torch import per rank; from a process that already
+  runs threads, through a fork server instead) and joins them through a
   `FileStore` in the run directory (no ports, so parallel test runs cannot collide);
 - under `torchrun` (RANK/WORLD_SIZE/MASTER_ADDR set) this process *is* one rank and joins
   through `env://`, which is how the same code reaches several machines.
@@ -54,7 +55,7 @@ def run_ranks(fn: RankFn, world_size: int, run_dir: Path, timeout_s: float,
     run_dir.mkdir(parents=True, exist_ok=True)
     store_path = run_dir / f".rendezvous-{os.getpid()}"
     store_path.unlink(missing_ok=True)
-    ctx = mp.get_context("fork")
+    ctx = _context()
     procs: list[Any] = []
     conns: dict[int, Connection] = {}
     try:
@@ -74,6 +75,22 @@ def run_ranks(fn: RankFn, world_size: int, run_dir: Path, timeout_s: float,
                 p.kill()
             p.join()
         store_path.unlink(missing_ok=True)
+
+
+def _context() -> Any:
+    """fork while this process has one thread (a rank starts in ~0.1 s, torch already in
+    memory); forkserver once it has more (a test runner's threads, torch's thread pool after
+    a computation): a fork copies only the calling thread, so a lock another thread held
+    stays held in the child (Python 3.12 warns of it; 3.14 makes forkserver the default)."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: assume the worst
+        threads = 2
+    if threads == 1:
+        return mp.get_context("fork")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])  # the server imports torch once, then forks
+    return ctx
 
 
 def _collect(procs: list[Any], conns: dict[int, Connection]) -> list[Any]:

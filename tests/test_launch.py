@@ -4,7 +4,9 @@ torchrun into its workers."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,3 +54,20 @@ def test_torchrun_gives_the_bytes_of_the_forking_launcher(reference_only, run, t
             _without_wall_time(forked.records[rank]), f"rank {rank}"
     for step, ck in forked.checkpoints.items():
         assert launched.checkpoints[step].manifest == ck.manifest, f"step {step}"
+
+
+def test_the_launcher_forks_its_ranks_from_a_single_threaded_process():
+    """A fork copies only the calling thread: a lock another thread held (numpy's OpenBLAS
+    pool, a test runner's I/O thread) stays held in the child, and Python >= 3.12 warns.
+    The reference's launcher process has one thread when it forks; a process that already
+    runs threads gets a fork server instead, and the ranks' results are the same."""
+    probe = ("import os, threading, capstone.launch as l; "
+             "print(len(os.listdir('/proc/self/task')), l._context().get_start_method()); "
+             "threading.Thread(target=threading.Event().wait, daemon=True).start(); "
+             "print(l._context().get_start_method())")
+    env = {k: v for k, v in os.environ.items()  # a user's shell: conftest sets OMP's
+           if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", probe],
+                         capture_output=True, text=True, check=True, cwd=ROOT,
+                         env=env).stdout.split()
+    assert out == ["1", "fork", "forkserver"], out
