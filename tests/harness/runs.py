@@ -213,7 +213,8 @@ class RunCache:
                     outcome.earlier = [f"{by_the_box(spoiled)}: {spoiled.reason()}"]
                     if outcome.ended_by_the_box():
                         outcome.not_graded = out_of_memory(max(
-                            spoiled.peak_mb, outcome.peak_mb)) if outcome.oom_kills else \
+                            spoiled.peak_mb, outcome.peak_mb), self.mem_bytes) \
+                            if outcome.oom_kills else \
                             starved(outcome)
                 outcome.save(done)
                 run = self._load(spec, d, outcome)
@@ -234,14 +235,24 @@ def timeline_of(run: Run) -> Path | None:
     return path if path.is_file() else None
 
 
-def out_of_memory(peak_mb: float) -> str:
-    """Why a run the box killed twice is not graded, with what the box and the run had."""
+def out_of_memory(peak_mb: float, cap_bytes: int | None = None) -> str:
+    """Why a run the box killed twice is not graded, with what the box and the run had.
+    Where each process's cap could not be set below the box (the torch installed needs
+    more to import), a program that allocates without bound is killed by the box too, and
+    the two cannot be told apart: said so, and never blamed on the box alone."""
     b = box.read_box()
     limit = f"limit {b.memory_limit_mb:.0f} MB" if b.memory_limit_mb else \
         f"{b.available_mb:.0f} MB available"
-    return (f"the grading machine ran out of memory ({limit}, this run's peak "
-            f"{peak_mb:.0f} MB, twice): not your program's fault; the instructor should "
-            "choose a larger autograder machine and regrade")
+    said = f"the grading machine ran out of memory ({limit}, this run's peak " \
+        f"{peak_mb:.0f} MB, twice)"
+    cap_mb = (cap_bytes or 0) / 2**20
+    if cap_mb and cap_mb >= b.memory_mb * box.HEADROOM - box.SUITE_MB:
+        return (f"{said}; torch here cannot import under a per-process cap this box can "
+                f"hold (it needs {cap_mb:.0f} MB), so a program that allocates without "
+                "bound cannot be told from a box too small: the instructor should install "
+                "torch's CPU build or choose a larger autograder machine, and regrade")
+    return f"{said}: not your program's fault; the instructor should choose a larger " \
+        "autograder machine and regrade"
 
 
 def by_the_box(outcome: Outcome) -> str:
