@@ -4,6 +4,7 @@ keep torch to one thread."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -90,3 +91,26 @@ def test_the_suites_own_torch_keeps_to_one_thread_unless_told_otherwise():
     import torch
 
     assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
+
+
+@pytest.mark.slow
+def test_impl_may_be_one_absolute_path(tmp_path):
+    """`pytest -k invariant --impl /abs/path/run.sh` in the suite's folder: pytest would
+    root itself at run.sh's folder (a path among its arguments) and never learn `--impl`;
+    the package's pytest plugin (capstone/pytest_impl.py) starts it again with
+    `--impl=...`. The runs are run.sh's, as each run's outcome records."""
+    student = tmp_path / "student"
+    student.mkdir()
+    run_sh = student / "run.sh"
+    run_sh.write_text(f'#!/bin/sh\nexec {sys.executable} -m capstone "$@"\n')
+    run_sh.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CAPSTONE_"))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "-k", "invariant and no_deadlock", "--basetemp",
+                           str(tmp_path / "bt"), "--impl", str(run_sh)], cwd=ROOT, env=env,
+                          text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          timeout=280)
+    assert proc.returncode == 0 and "3 passed" in proc.stdout, proc.stdout[-3000:]
+    argvs = [json.loads(p.read_text())["argv"][0]
+             for p in (tmp_path / "bt").rglob("outcome.json")]
+    assert argvs == [str(run_sh)] * 3, argvs  # base, single, resumed
