@@ -103,7 +103,8 @@ def fit_warnings(run_timeout_s: float, mem_mb: int | None) -> list[str]:
 
 def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float],
           visibility: dict[str, str], observe: bool = True,
-          mem_mb: int | None = None, suite_seed: int | None = None) -> list[str]:
+          mem_mb: int | None = None, suite_seed: int | None = None,
+          not_checked_credit: float = 0.0) -> list[str]:
     """Write the autograder zip; return the names it holds."""
     bad = {v for v in visibility.values() if v not in VISIBILITIES}
     if bad:
@@ -116,7 +117,8 @@ def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float]
         "setup.sh": SETUP_SH.format(packages=" ".join(SUITE_PACKAGES), user=contain.RUN_USER),
         "run_autograder": RUN_AUTOGRADER,
         "autograder.json": json.dumps(config, indent=2) + "\n",
-        "grading.json": json.dumps({"weights": weights, "visibility": visibility},
+        "grading.json": json.dumps({"weights": weights, "visibility": visibility,
+                                    "not_checked_credit": not_checked_credit},
                                    indent=2) + "\n",
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -224,12 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-mem-mb", type=int, default=None,
                     help="memory one process of a run may allocate (default: "
                          f"{box.PROCESS_MB} MB, less where the box is smaller)")
+    ap.add_argument("--not-checked-credit", type=float, default=0.0, metavar="SHARE",
+                    help="share of its points a check earns when a run it needs did not "
+                         "finish (0 to 1; default 0: a run that fails earns nothing for the "
+                         "checks it kept from running)")
     a = ap.parse_args(argv)
+    if not 0.0 <= a.not_checked_credit <= 1.0:
+        ap.error(f"--not-checked-credit {a.not_checked_credit}: give a share from 0 to 1")
     weights = {k: float(v) for k, v in _pairs(a.weight, "weight").items()}
     for warning in fit_warnings(a.run_timeout, a.run_mem_mb):
         print(f"warning: {warning}", file=sys.stderr)
     names = build(a.out, a.entry, a.run_timeout, weights, _pairs(a.visibility, "visibility"),
-                  observe=not a.no_observe, mem_mb=a.run_mem_mb, suite_seed=a.suite_seed)
+                  observe=not a.no_observe, mem_mb=a.run_mem_mb, suite_seed=a.suite_seed,
+                  not_checked_credit=a.not_checked_credit)
     print(f"wrote {a.out} ({len(names)} files): upload it as the autograder of a "
           "Gradescope programming assignment (Ubuntu base image)")
     return 0

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import pytest
 
 from tests.harness.grading import (
+    CONFIG_VAR,
     LIKELY,
     NOT_CHECKED,
     NOT_GRADED,
@@ -112,3 +116,38 @@ def test_the_cause_is_told_once_first_and_the_class_is_grouped_by_it(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert f"| {cause} | 2 | ada, bob |" in summary
     assert "| zero1_memory | 0 |" in summary and "| no_deadlock | 2 |" in summary
+
+
+def _deadlocked_outcomes(collected: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """A submission that deadlocks on purpose in its base run: no_deadlock fails, every
+    other check is "not checked" (conftest.holds' words)."""
+    outcomes = {n: {"status": "failed", "output": "a check: not checked: the base run did not "
+                    "finish (deadlock: ...); see no_deadlock"} for n in collected}
+    outcomes["tests/test_invariant_no_deadlock.py::t"] = {
+        "status": "failed", "output": "no_deadlock: 1 violation(s)"}
+    return outcomes
+
+
+def test_a_run_failed_on_purpose_earns_nothing_for_what_it_kept_from_running(tmp_path):
+    """Default policy: a check whose run did not finish fails and earns 0, so stopping a run
+    is never worth more than finishing it wrong; the output states the policy."""
+    collected = {f"tests/test_invariant_{m}.py::t": m for m in WEIGHTS}
+    results = write_results(tmp_path / "r.json", collected, _deadlocked_outcomes(collected), 1.0)
+    assert results["score"] == 0
+    assert all(t["status"] == "failed" for t in results["tests"])
+    assert f"{len(WEIGHTS) - 1} check(s) were not checked" in results["output"]
+    assert "each earns 0% of its points" in results["output"]
+
+
+def test_the_instructor_may_give_not_checked_checks_a_share_of_their_points(tmp_path,
+                                                                            monkeypatch):
+    collected = {f"tests/test_invariant_{m}.py::t": m for m in WEIGHTS}
+    config = tmp_path / "grading.json"
+    config.write_text(json.dumps({"not_checked_credit": 0.5}))
+    monkeypatch.setenv(CONFIG_VAR, str(config))
+    results = write_results(tmp_path / "r.json", collected, _deadlocked_outcomes(collected), 1.0)
+    assert results["score"] == pytest.approx((100 - WEIGHTS["no_deadlock"]) / 2)
+    assert "each earns 50% of its points" in results["output"]
+    config.write_text(json.dumps({"not_checked_credit": 2}))
+    with pytest.raises(ValueError, match="not_checked_credit"):
+        write_results(tmp_path / "r.json", collected, {}, 1.0)

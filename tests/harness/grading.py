@@ -65,6 +65,26 @@ def grading_config() -> tuple[dict[str, float], dict[str, str]]:
     return weights, visibility
 
 
+def not_checked_credit() -> float:
+    """The course's grading policy for a check whose run did not finish (told "not checked:
+    the base run did not finish ..."): the share of its points it earns, from
+    $CAPSTONE_GRADING's `not_checked_credit` (default 0: a run that fails, on purpose or not,
+    earns nothing for the checks it kept from running)."""
+    path = os.environ.get(CONFIG_VAR)
+    value = json.loads(Path(path).read_text()).get("not_checked_credit", 0.0) if path else 0.0
+    if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{path}: not_checked_credit {value!r}; give a share of the points "
+                         "from 0 (none, the default) to 1 (all)")
+    return float(value)
+
+
+def is_not_checked(output: str) -> bool:
+    """Whether a test's output says its run did not get there (conftest.holds writes
+    "WHAT: not checked: ...")."""
+    first = output.split("\n", 1)[0]
+    return first.startswith(NOT_CHECKED) or f": {NOT_CHECKED}" in first
+
+
 def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dict[str, Any]],
                   elapsed_s: float, suite_seed: int = 0,
                   extra: dict[str, Any] | None = None, note: str = "") -> dict[str, Any]:
@@ -74,8 +94,12 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
     weights of what did run are scaled to keep the same total: turning a check off for a
     course does not cost its students points. A test the grading machine could not grade
     (its run was OOM-killed twice) keeps its points out of reach, is not marked failed, and
-    the output says so first: the instructor regrades on a larger machine."""
+    the output says so first: the instructor regrades on a larger machine. A check whose
+    run did not finish fails and earns `not_checked_credit()` of its points (the policy is
+    stated in the output)."""
     weights, visibility = grading_config()
+    credit = not_checked_credit()
+    unchecked = 0
     not_graded = {n for n in collected
                   if str(outcomes.get(n, {}).get("output", "")).startswith(NOT_GRADED)}
     skipped = {n for n in collected if outcomes.get(n, {}).get("status") == "skipped"
@@ -102,8 +126,12 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                           "visibility": visibility[name]})  # nor failed
             continue
         passed = res["status"] == "passed"
-        total += max_score if passed else 0.0
-        tests.append({"name": nodeid, "score": round(max_score if passed else 0.0, 4),
+        earned = max_score if passed else 0.0
+        if not passed and is_not_checked(str(res.get("output", ""))):
+            unchecked += 1
+            earned = credit * max_score
+        total += earned
+        tests.append({"name": nodeid, "score": round(earned, 4),
                       "max_score": round(max_score, 4),
                       "status": "passed" if passed else "failed",
                       "output": res.get("output", ""), "visibility": visibility[name]})
@@ -114,6 +142,10 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                   "graded, through the grading machine's fault, not the submission's; they "
                   "count 0 here until the instructor regrades on a larger machine. "
                   f"{one_line(first, 400)}\n\n")
+    if unchecked:
+        note = (f"{unchecked} check(s) were not checked because a run they need did not "
+                f"finish: each earns {credit:.0%} of its points (the course's grading policy, "
+                "`not_checked_credit` in the grading config)." + (f"\n{note}" if note else ""))
     results = {"score": round(total, 4),  # summed before rounding: 100, not 100.0001
                "execution_time": round(elapsed_s, 3),
                "output": f"{banner}Graded with suite seed {suite_seed} (every run's data and "
