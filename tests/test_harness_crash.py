@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.crash import first_exception
+from tests.harness.crash import Crash, _first, first_exception
 from tests.harness.runs import BASE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,3 +57,15 @@ def test_a_crash_at_step_3_is_told_by_its_exception(run_cache):
     assert why.startswith(f"exit code {r.outcome.returncode}: rank 1 raised IndexError: "
                           "list index out of range at hostile/index_error.py:"), why
     assert "(`_ = offsets[len(steps) - 1]" in why  # the student's line, not a peer's error
+
+
+def test_a_crash_shows_the_lines_around_the_one_that_raised(tmp_path):
+    main = tmp_path / "main.py"
+    main.write_text("".join(f"line{i}\n" for i in range(1, 11)))
+    text = ("Traceback (most recent call last):\n"
+            f'  File "{main}", line 5, in step\n    line5\nIndexError: x\n')
+    crashed = _first(text, 1)
+    assert crashed.said.startswith("rank 1 raised IndexError: x at ")
+    assert crashed.around().splitlines() == [
+        "     3 | line3", "     4 | line4", ">    5 | line5", "     6 | line6", "     7 | line7"]
+    assert Crash("rank 1 raised X", str(tmp_path / "gone.py"), 3).around() == ""

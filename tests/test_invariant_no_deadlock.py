@@ -12,4 +12,5 @@ from tests.harness.runs import BASE, RESUMED, SINGLE
 def test_run_ends_cleanly_within_the_bound(run, holds, spec):
     r = run(spec)
     stacks = r.outcome.stacks and f"each rank's stack when the run was stopped:\n{r.outcome.stacks}"
-    holds(check_clean_exit(r), f"termination of the {spec.name} run", stacks)
+    source = r.outcome.crash_source and f"where it raised:\n{r.outcome.crash_source}"
+    holds(check_clean_exit(r), f"termination of the {spec.name} run", stacks or source)

@@ -56,6 +56,10 @@ def test_a_crash_is_told_by_its_exception_rank_and_line(tmp_path, reference_only
     failed = _graded(tmp_path, ROOT / "tests" / "hostile" / "index_error.py")
     ending = next(o for n, o in failed.items() if "no_deadlock" in n and "[base]" in n)
     assert "rank 1 raised IndexError: list index out of range at sub/main.py:" in ending
+    # with the few lines of the submission around it, the line that raised marked
+    assert "where it raised:" in ending, ending
+    assert next(ln for ln in ending.splitlines() if ln.startswith(">")).endswith(
+        "_ = offsets[len(steps) - 1]  # step 3: no such offset"), ending
     for name, out in _consequences(failed).items():
         assert "not checked: " in out and "likely" not in out, (name, out)
         if "[base]" in name:

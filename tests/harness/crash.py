@@ -11,6 +11,7 @@ own files: where the submission was when it raised.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,35 @@ def _lines(text: str) -> list[tuple[int | None, str]]:
     return out
 
 
+@dataclass(frozen=True)
+class Crash:
+    """A run's first exception: `said` in one line, and the submission's frame."""
+
+    said: str = ""
+    file: str = ""
+    line: int = 0
+
+    def around(self, context: int = 2) -> str:
+        """The few lines of the submission around the line that raised, the line marked;
+        "" where the file cannot be read."""
+        if not self.file or self.line <= 0:
+            return ""
+        try:
+            source = Path(self.file).read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        lo, hi = max(1, self.line - context), min(len(source), self.line + context)
+        return "\n".join(f"{'>' if n == self.line else ' '} {n:4d} | {source[n - 1]}"
+                         for n in range(lo, hi + 1))
+
+
 def first_exception(text: str, rank: int | None = None) -> str:
     """One line: which rank raised what, where in the submission; or which rank a signal
     killed; "" when the stderr holds neither. `rank`: the traceback's own, where known."""
+    return _first(text, rank).said
+
+
+def _first(text: str, rank: int | None = None) -> Crash:
     lines = _lines(text)
     for i, (prefixed, line) in enumerate(lines):
         if not line.startswith("Traceback (most recent call last):"):
@@ -63,7 +90,7 @@ def first_exception(text: str, rank: int | None = None) -> str:
         if any(w in error for w in _LAUNCHERS):
             continue  # the launcher's own: the rank's traceback follows, or a signal's words
         own = [f for f in frames if not any(x in f[0] for x in _LIBRARY)] or frames
-        where = ""
+        where, file, number = "", "", "0"
         if own:
             file, number, code = own[-1]
             where = f" at {'/'.join(Path(file).parts[-2:])}:{number}" + \
@@ -71,12 +98,12 @@ def first_exception(text: str, rank: int | None = None) -> str:
         if rank is None:
             rank = prefixed if prefixed is not None else _rank_before(lines, i)
         who = f"rank {rank}" if rank is not None else "the run"
-        return f"{who} raised {error[:200]}{where}"
+        return Crash(f"{who} raised {error[:200]}{where}", file, int(number))
     for _, line in lines:
         m = _SIGNAL.search(line)
         if m:
-            return f"rank {m.group(1)} was killed by {m.group(2)}"
-    return ""
+            return Crash(f"rank {m.group(1)} was killed by {m.group(2)}")
+    return Crash()
 
 
 def _rank_before(lines: list[tuple[int | None, str]], at: int) -> int | None:
@@ -89,7 +116,7 @@ def _rank_before(lines: list[tuple[int | None, str]], at: int) -> int | None:
 
 
 def first_exception_of(stderr: Path, raised: list[dict[str, Any]] | None = None,
-                       limit: int = 2_000_000) -> str:
+                       limit: int = 2_000_000) -> Crash:
     """The run's first exception: the earliest a rank's observer recorded (`raised`, where a
     launcher keeps them from stderr), else the first traceback of the stderr file."""
     # A rank whose peer died fails too, sometimes before the cause is recorded (the dying
@@ -97,11 +124,11 @@ def first_exception_of(stderr: Path, raised: list[dict[str, Any]] | None = None,
     ordered = sorted(raised or [], key=lambda r: (any(w in str(r.get("text", ""))
                                                       for w in LOST_PEER), int(r.get("t", 0))))
     for rec in ordered:
-        found = first_exception(str(rec.get("text", "")), rec.get("rank"))
-        if found:
+        found = _first(str(rec.get("text", "")), rec.get("rank"))
+        if found.said:
             return found
     try:
         with open(stderr, "rb") as f:
-            return first_exception(f.read(limit).decode("utf-8", "replace"))
+            return _first(f.read(limit).decode("utf-8", "replace"))
     except OSError:
-        return ""
+        return Crash()

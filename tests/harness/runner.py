@@ -78,6 +78,7 @@ class Outcome:
     stress: dict[str, float] = field(default_factory=dict)  # the box's counters (stress.py)
     reached_collective: bool = False  # some rank of it entered a collective or a send
     first_error: str = ""  # the first exception (rank, error, line) or signal in its stderr
+    crash_source: str = ""  # the submission's lines around the line that raised it
 
     def save(self, path: Path) -> None:
         """Atomically, and never through a link a run may have planted at `path`."""
@@ -369,12 +370,13 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         with contextlib.suppress(ValueError, OSError):
             sandbox = json.loads(report.read_text())
             survivors += [s["pid"] for s in sandbox.get("survivors", [])]
+    crashed = crash.first_exception_of(
+        stderr_path, [p.raised for p in seen.processes if p.raised] if seen is not None
+        else None) if proc.returncode != 0 else crash.Crash()
     return Outcome(list(argv), str(out), None if stopped else proc.returncode, timed_out, wall,
                    _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
                    deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox,
                    round(peak, 1), ooms, ended_ns=ended_ns, stress=pressure,
                    reached_collective=reached,
-                   first_error=crash.first_exception_of(
-                       stderr_path, [p.raised for p in seen.processes if p.raised]
-                       if seen is not None else None) if proc.returncode != 0 else "")
+                   first_error=crashed.said, crash_source=crashed.around())
 
