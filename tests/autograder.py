@@ -20,10 +20,11 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from tests.harness import box, contain
+from tests.harness import box, contain, prairielearn
 from tests.harness.grading import VISIBILITIES, WEIGHTS
 from tests.harness.session import ROOT, Grading, grade, graded_modules
 
+PLATFORMS = ("gradescope", "prairielearn")
 GRADESCOPE_TIMEOUT_S = 600  # Gradescope's default autograder timeout (up to 40 minutes)
 RUNS_PER_SESSION = 8  # distinct runs a grading session asks for (tests/harness/runs.py)
 
@@ -101,11 +102,11 @@ def fit_warnings(run_timeout_s: float, mem_mb: int | None) -> list[str]:
     return warn
 
 
-def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float],
-          visibility: dict[str, str], observe: bool = True,
-          mem_mb: int | None = None, suite_seed: int | None = None,
-          not_checked_credit: float = 0.0) -> list[str]:
-    """Write the autograder zip; return the names it holds."""
+def contents(entry: str, run_timeout_s: float, weights: dict[str, float],
+             visibility: dict[str, str], observe: bool = True, mem_mb: int | None = None,
+             suite_seed: int | None = None, not_checked_credit: float = 0.0
+             ) -> tuple[dict[str, str], list[Path]]:
+    """What every platform's grader holds: generated files (name -> text) and the suite's."""
     bad = {v for v in visibility.values() if v not in VISIBILITIES}
     if bad:
         raise SystemExit(f"--visibility takes one of {', '.join(VISIBILITIES)}; got {bad}")
@@ -115,12 +116,22 @@ def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float]
               "run_mem_mb": mem_mb, "suite_seed": suite_seed}
     generated = {
         "setup.sh": SETUP_SH.format(packages=" ".join(SUITE_PACKAGES), user=contain.RUN_USER),
-        "run_autograder": RUN_AUTOGRADER,
         "autograder.json": json.dumps(config, indent=2) + "\n",
         "grading.json": json.dumps({"weights": weights, "visibility": visibility,
                                     "not_checked_credit": not_checked_credit},
                                    indent=2) + "\n",
     }
+    return generated, files
+
+
+def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float],
+          visibility: dict[str, str], observe: bool = True,
+          mem_mb: int | None = None, suite_seed: int | None = None,
+          not_checked_credit: float = 0.0) -> list[str]:
+    """Write the Gradescope autograder zip; return the names it holds."""
+    generated, files = contents(entry, run_timeout_s, weights, visibility, observe, mem_mb,
+                                suite_seed, not_checked_credit)
+    generated["run_autograder"] = RUN_AUTOGRADER
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for name, text in generated.items():
@@ -187,8 +198,10 @@ def rehearse(zip_path: Path, submission: Path, root: Path, box_mb: float | None 
     return json.loads((root / "results" / "results.json").read_text()), wall, peak
 
 
-def run(root: Path) -> int:
-    """Inside Gradescope: grade root/submission into root/results/results.json."""
+def run(root: Path, platform: str = "gradescope") -> int:
+    """Inside Gradescope: grade root/submission into root/results/results.json. Inside
+    PrairieLearn's grader: root/student, and PrairieLearn's results.json (the Gradescope
+    file beside it, as results/gradescope.json)."""
     config = json.loads((ROOT / "autograder.json").read_text())  # ROOT: the unpacked zip
     g = Grading(entry=config["entry"], run_timeout_s=config["run_timeout_s"],
                 grading_config=ROOT / "grading.json", observe=config.get("observe", True),
@@ -196,8 +209,13 @@ def run(root: Path) -> int:
                 suite_seed=config.get("suite_seed")).resolved()
     print(f"box: {box.plan(box.read_box()).why}; containment: {contain.mode()}; a process of "
           f"a run may allocate {g.mem_mb} MB")
-    results = grade(root / "submission", root / "results" / "results.json", g,
-                    log=root / "results" / "pytest.log")
+    if platform == "prairielearn":
+        results = grade(root / "student", root / "results" / "gradescope.json", g,
+                        log=root / "results" / "pytest.log")
+        prairielearn.write(root / "results" / "results.json", results)
+    else:
+        results = grade(root / "submission", root / "results" / "results.json", g,
+                        log=root / "results" / "pytest.log")
     print(f"score {results['score']} ({results.get('output', '')})")
     return 0  # Gradescope reads the file; a failing submission is not a failing autograder
 
@@ -206,10 +224,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:
         ap = argparse.ArgumentParser(prog="python -m tests.autograder run")
-        ap.add_argument("--root", type=Path, default=Path("/autograder"))
-        return run(ap.parse_args(argv[1:]).root)
+        ap.add_argument("--root", type=Path, default=None,
+                        help="/autograder (Gradescope) or /grade (PrairieLearn)")
+        ap.add_argument("--platform", choices=PLATFORMS, default="gradescope")
+        a = ap.parse_args(argv[1:])
+        default = Path("/grade" if a.platform == "prairielearn" else "/autograder")
+        return run(a.root or default, a.platform)
     ap = argparse.ArgumentParser(prog="python -m tests.autograder",
-                                 description="write a Gradescope autograder zip")
+                                 description="write a Gradescope autograder zip, or "
+                                             "PrairieLearn's external grader (a folder)")
+    ap.add_argument("--platform", choices=PLATFORMS, default="gradescope",
+                    help="gradescope: --out is the zip to upload; prairielearn: --out is a "
+                         "folder with the grader image's Dockerfile and the question's "
+                         "info.json settings")
     ap.add_argument("--entry", default="python3 main.py",
                     help="the command that runs a submission, inside its folder")
     ap.add_argument("--out", type=Path, default=Path("autograder.zip"))
@@ -236,6 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     weights = {k: float(v) for k, v in _pairs(a.weight, "weight").items()}
     for warning in fit_warnings(a.run_timeout, a.run_mem_mb):
         print(f"warning: {warning}", file=sys.stderr)
+    if a.platform == "prairielearn":
+        generated, files = contents(a.entry, a.run_timeout, weights,
+                                    _pairs(a.visibility, "visibility"), not a.no_observe,
+                                    a.run_mem_mb, a.suite_seed, a.not_checked_credit)
+        names = prairielearn.layout(a.out, generated, files, ROOT)
+        print(f"wrote {a.out} ({len(names)} files): build and push its Dockerfile's image, "
+              "then put info.json's externalGradingOptions in the question "
+              f"({a.out / 'README.md'})")
+        return 0
     names = build(a.out, a.entry, a.run_timeout, weights, _pairs(a.visibility, "visibility"),
                   observe=not a.no_observe, mem_mb=a.run_mem_mb, suite_seed=a.suite_seed,
                   not_checked_credit=a.not_checked_credit)

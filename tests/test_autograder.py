@@ -114,3 +114,62 @@ def test_the_autograder_grades_alike_on_this_python(tmp_path, name, failing, hin
     assert failed == {f"test_invariant_{m}.py" for m in failing}, sys.version
     assert results["score"] == pytest.approx(100 - sum(WEIGHTS[m] for m in failing))
     assert all(hint in t["output"] for t in results["tests"] if t["status"] == "failed")
+
+
+def run_prairielearn(grader: Path, submission: Path, root: Path) -> tuple[dict, dict]:
+    """The PrairieLearn layout as its external grader runs it: the student's files in
+    root/student, the question's entrypoint `run`, results in root/results/results.json.
+    Returns PrairieLearn's results and the results model (Gradescope's) beside them."""
+    (root / "student").mkdir(parents=True)
+    for f in submission.iterdir():
+        (root / "student" / f.name).write_bytes(f.read_bytes())
+    env = dict(os.environ, PL_GRADE_ROOT=str(root),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    proc = subprocess.run([str(grader / "run")], cwd="/", env=env, capture_output=True,
+                          text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return (json.loads((root / "results" / "results.json").read_text()),
+            json.loads((root / "results" / "gradescope.json").read_text()))
+
+
+@pytest.mark.long
+@pytest.mark.slow
+def test_prairielearn_grades_with_the_same_verdicts_and_points(tmp_path):
+    """`--platform prairielearn`: a folder with `run` (the question's entrypoint), the suite,
+    a Dockerfile and the question's info.json settings; run as PrairieLearn runs it, it
+    writes PrairieLearn's results.json: no_broadcast loses its two invariants there as on
+    Gradescope, with the cause in each failed test's message, and a 0..1 score."""
+    grader = tmp_path / "pl"
+    subprocess.run([sys.executable, "-m", "tests.autograder", "--platform", "prairielearn",
+                    "--entry", "python3 main.py", "--suite-seed", "0", "--out", str(grader)],
+                   cwd=ROOT, check=True, capture_output=True)
+    info = json.loads((grader / "info.json").read_text())["externalGradingOptions"]
+    assert info["entrypoint"] == "/capstone-grader/run" and info["enabled"] is True
+    assert "COPY . /capstone-grader" in (grader / "Dockerfile").read_text()
+    pl, model = run_prairielearn(grader, SUBMISSIONS / "no_broadcast", tmp_path / "grade")
+    assert pl["gradable"] is True
+    assert pl["score"] == pytest.approx((100 - WEIGHTS["equal_rank_norms"]
+                                         - WEIGHTS["single_process_parity"]) / 100)
+    assert pl["score"] == pytest.approx(model["score"] / 100)
+    lost = {t["description"].split("::")[0].rsplit("/", 1)[-1] for t in pl["tests"]
+            if t["points"] < t["max_points"]}
+    assert lost == {"test_invariant_equal_rank_norms.py",
+                    "test_invariant_single_process_parity.py"}
+    assert sum(t["max_points"] for t in pl["tests"]) == pytest.approx(100, abs=0.01)
+    assert all("initial broadcast is missing" in t["output"] and t["message"]
+               for t in pl["tests"] if t["points"] < t["max_points"])
+
+
+def test_a_submission_the_machine_could_not_grade_is_not_gradable_on_prairielearn():
+    from tests.harness.prairielearn import to_prairielearn
+
+    model = {"score": 80.0, "output": "SCORE INCOMPLETE: 1 of 2 tests could not be graded",
+             "extra_data": {"not_graded": ["t2"]},
+             "tests": [{"name": "a.py::t1", "score": 80.0, "max_score": 80.0,
+                        "status": "passed", "output": ""},
+                       {"name": "a.py::t2", "score": 0.0, "max_score": 20.0, "output": "OOM"},
+                       {"name": "a.py::off", "score": 0.0, "max_score": 0.0, "output": ""}]}
+    pl = to_prairielearn(model)
+    assert pl["gradable"] is False and pl["score"] == 0.8
+    assert [t["name"] for t in pl["tests"]] == ["t1", "t2"]  # checks turned off: not listed
+    assert pl["message"].startswith("SCORE INCOMPLETE")
