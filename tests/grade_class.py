@@ -1,14 +1,20 @@
-"""Grade a whole class: one subfolder per student, one grading session per student.
+"""Grade a whole class: one grading session per submission.
 
     python -m tests.grade_class SUBMISSIONS/ --out grades/ [--entry "python3 main.py"] [-j K]
+        [--executor here|local|slurm] [--cpus-per-task 2] [--partition P]
 
-Each subfolder of SUBMISSIONS is a student (its name is the `student` column); the entry
-command runs inside it. Students are graded one after another (or K at once with -j when the
-machine has the cores and runs are contained in namespaces), with a progress bar and ETA.
-Run it again and it resumes: a student with a results file is not graded twice (delete
-grades/students/NAME to regrade one). It writes:
+SUBMISSIONS is a folder with one subfolder per student (its name is the `student` column),
+or Gradescope's "Export Submissions" (a folder per submission id and
+submission_metadata.yml: each group member gets a row with the group's grade, with name,
+SID and email). The entry command runs inside the submission's folder. Submissions are graded
+one after another here (or K at once with -j when the machine has the cores and runs are
+contained in namespaces), with a progress bar and ETA; `--executor local|slurm` runs one
+submitit job per submission instead (tests/harness/class_jobs.py). Run it again and it
+resumes: a submission with a results file is not graded twice (delete grades/students/NAME
+to regrade one). It writes:
 
-- grades/grades.csv: student, score, points per invariant, first violation;
+- grades/grades.csv: student, score, points per invariant, first violation, SID, email and
+  the submission graded;
 - grades/feedback/NAME.md: per invariant, the verdict, the first violation and its likely
   causes in the lesson's terms; for each failed invariant a picture of what the runs did and
   the timelines of its runs (Chrome trace JSON, for Perfetto) in grades/feedback/NAME/;
@@ -25,20 +31,16 @@ import argparse
 import json
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from tests.harness import contain
+from tests.harness.class_jobs import EXECUTORS, JobResources, run_jobs
 from tests.harness.class_report import write_csv, write_feedback, write_summary
-from tests.harness.session import Grading, grade
-
-
-def students(submissions: Path) -> list[Path]:
-    return sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
+from tests.harness.roster import read_roster
+from tests.harness.session import Grading
 
 
 def graded(results: Path) -> dict[str, Any] | None:
@@ -51,44 +53,33 @@ def graded(results: Path) -> dict[str, Any] | None:
 
 
 def grade_class(submissions: Path, out: Path, g: Grading, jobs: int = 1,
-                progress: bool = True) -> dict[str, dict[str, Any]]:
-    """Grade every student not graded yet; write the CSV, feedback and summary."""
-    if not submissions.is_dir():
-        raise SystemExit(f"{submissions}: not a folder of submissions (one subfolder per "
-                         "student)")
-    everyone = students(submissions)
+                progress: bool = True, executor: str = "here",
+                resources: JobResources | None = None) -> dict[str, dict[str, Any]]:
+    """Grade every submission not graded yet; write the CSV, feedback and summary."""
+    roster = read_roster(submissions)
     grades: dict[str, dict[str, Any]] = {}
     todo = []
-    for s in everyone:
-        done = graded(out / "students" / s.name / "results.json")
+    for sub in roster:
+        done = graded(out / "students" / sub.name / "results.json")
         if done is None:
-            todo.append(s)
+            todo.append((sub.name, sub.folder, out / "students" / sub.name))
         else:
-            grades[s.name] = done
-    if jobs > 1 and contain.mode() != contain.NAMESPACES:
+            grades[sub.name] = done
+    if jobs > 1 and executor != "slurm" and contain.mode() != contain.NAMESPACES:
         print("grade_class: runs cannot be kept apart here (no namespaces): grading one "
-              "student at a time", file=sys.stderr)
+              "submission at a time", file=sys.stderr)
         jobs = 1
-    if jobs > 1:
-        g = replace(g, workers=0)  # K sessions share the cores: no xdist inside each
-
-    def one(student: Path) -> tuple[str, dict[str, Any]]:
-        d = out / "students" / student.name
-        return student.name, grade(student, d / "results.json", g, log=d / "pytest.log")
-
-    bar = tqdm(total=len(everyone), initial=len(everyone) - len(todo), unit="student",
+    bar = tqdm(total=len(roster), initial=len(roster) - len(todo), unit="submission",
                desc="grading", disable=not progress)
-    with ThreadPoolExecutor(max(1, jobs)) as pool:
-        for fut in as_completed([pool.submit(one, s) for s in todo]):
-            name, results = fut.result()
-            grades[name] = results
-            bar.set_postfix_str(f"{name}: {results.get('score', 0):.4g}")
-            bar.update()
+    for name, results in run_jobs(todo, g, executor, jobs, resources, out / "submitit"):
+        grades[name] = results
+        bar.set_postfix_str(f"{name}: {results.get('score', 0):.4g}")
+        bar.update()
     bar.close()
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     for name, results in grades.items():
         write_feedback(out, name, results, out / "students" / name)
-    write_csv(out / "grades.csv", grades)
+    write_csv(out / "grades.csv", grades, {sub.name: sub.students for sub in roster})
     write_summary(out, grades)
     return grades
 
@@ -96,7 +87,8 @@ def grade_class(submissions: Path, out: Path, g: Grading, jobs: int = 1,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.grade_class",
                                  description="grade a folder of submissions, one per student")
-    ap.add_argument("submissions", type=Path, help="one subfolder per student")
+    ap.add_argument("submissions", type=Path,
+                    help="one subfolder per student, or a Gradescope export")
     ap.add_argument("--out", type=Path, default=Path("grades"))
     ap.add_argument("--entry", default="python3 main.py",
                     help="command that runs a submission, inside its folder")
@@ -110,14 +102,25 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds one student's whole session may take (default 600)")
     ap.add_argument("--no-observe", action="store_true",
                     help="submissions are not Python programs: no observed checks")
+    ap.add_argument("--executor", choices=EXECUTORS, default="here",
+                    help="here (default): this process; local / slurm: one submitit job per "
+                         "submission (a job array on Slurm; needs the [class] extra)")
+    ap.add_argument("--cpus-per-task", type=int, default=2,
+                    help="CPUs of each job (local / slurm; memory is sized from them)")
+    ap.add_argument("--partition", default="", help="Slurm partition (default: the cluster's)")
+    ap.add_argument("--array-parallelism", type=int, default=0,
+                    help="Slurm: jobs of the array at once (default: as many as it gives)")
     a = ap.parse_args(argv)
     if a.jobs > (os.cpu_count() or 1):
         print(f"grade_class: -j {a.jobs} on {os.cpu_count()} cores: runs will be slower, "
               "not faster", file=sys.stderr)
     g = Grading(a.entry, a.run_timeout, None, a.suite_seed, a.session_timeout,
                 observe=not a.no_observe)
-    grades = grade_class(a.submissions, a.out, g, a.jobs)
-    print(f"{len(grades)} students graded: {a.out / 'grades.csv'}, {a.out / 'feedback'}/, "
+    resources = JobResources(a.cpus_per_task, a.session_timeout / 60 + 5, a.partition,
+                             a.array_parallelism)
+    grades = grade_class(a.submissions, a.out, g, a.jobs, executor=a.executor,
+                         resources=resources)
+    print(f"{len(grades)} submissions graded: {a.out / 'grades.csv'}, {a.out / 'feedback'}/, "
           f"{a.out / 'summary.md'}")
     return 0
 

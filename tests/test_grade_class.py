@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +37,9 @@ def test_a_class_of_broken_students_is_graded_and_resumed(tmp_path):
     with open(out / "grades.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["student"] for r in rows] == sorted(STUDENTS)
-    assert list(rows[0]) == ["student", "score", *WEIGHTS, "first_violation", "not_graded"]
+    assert list(rows[0]) == ["student", "score", *WEIGHTS, "first_violation", "not_graded",
+                             "sid", "email", "submission"]
+    assert all(r["submission"] == r["student"] for r in rows)  # a plain folder per student
     assert all(r["not_graded"] == "" for r in rows)
     assert all(r["first_violation"] for r in rows)
     hang = (out / "feedback" / "hanger.md").read_text()
@@ -48,3 +51,79 @@ def test_a_class_of_broken_students_is_graded_and_resumed(tmp_path):
     again = grade_class(subs, out, g, jobs=3, progress=False)  # resumes: nobody is graded twice
     assert again.keys() == grades.keys()
     assert {p: p.stat().st_mtime_ns for p in out.glob("students/*/results.json")} == stamps
+
+
+EXPORT_METADATA = """\
+---
+submission_1001:
+  :submitters:
+  - :name: Ada Lovelace
+    :sid: '1815'
+    :email: ada@example.edu
+  - :name: Charles Babbage
+    :sid: '1791'
+    :email: cb@example.edu
+  :created_at: 2026-11-30 23:59:01.000000000 -08:00
+  :score: 0.0
+  :status: processed
+  :results: !ruby/hash:ActiveSupport::HashWithIndifferentAccess
+    score: 0.0
+submission_1002:
+  :submitters:
+  - :name: Grace Hopper
+    :sid: '1906'
+    :email: gh@example.edu
+  :created_at: 2026-11-29 10:00:00.000000000 -08:00
+"""
+
+
+def _export(root: Path) -> Path:
+    """A Gradescope-shaped export: a folder per submission id and its metadata (a group of
+    two and one student; Ruby symbols and tags as Gradescope writes them)."""
+    export = root / "export"
+    for sid, code in (("submission_1001", STUDENTS["crasher"]),
+                      ("submission_1002", STUDENTS["hanger"])):
+        (export / sid).mkdir(parents=True)
+        (export / sid / "main.py").write_text(code)
+    (export / "submission_metadata.yml").write_text(EXPORT_METADATA)
+    return export
+
+
+def test_a_gradescope_export_is_read_with_its_students():
+    import tempfile
+
+    from tests.harness.roster import Student, read_roster
+
+    with tempfile.TemporaryDirectory() as d:
+        roster = read_roster(_export(Path(d)))
+        assert [s.name for s in roster] == ["submission_1001", "submission_1002"]
+        assert roster[0].students == (Student("Ada Lovelace", "1815", "ada@example.edu"),
+                                      Student("Charles Babbage", "1791", "cb@example.edu"))
+        assert roster[0].folder.name == "submission_1001" and "2026-11-30" in \
+            roster[0].submitted_at
+        (Path(d) / "export" / "submission_1003").mkdir()  # a folder the metadata lacks
+        with pytest.raises(SystemExit, match="no entry for the folder submission_1003"):
+            read_roster(Path(d) / "export")
+
+
+@pytest.mark.long
+@pytest.mark.slow
+def test_an_export_graded_as_submitit_jobs_gives_each_member_the_groups_grade(tmp_path):
+    """`--executor local`: one submitit job per submission (as on Slurm, on this machine);
+    the grades are those graded here, one row per student, a group's members alike."""
+    pytest.importorskip("submitit", reason="the [class] extra (pip install -e '.[class]')")
+    export = _export(tmp_path)
+    g = Grading(entry=f"{sys.executable} main.py", run_timeout_s=0.5, suite_seed=0,
+                session_timeout_s=120, file_mb=4, workers=0)
+    here = grade_class(export, tmp_path / "here", g, progress=False)
+    jobs = grade_class(export, tmp_path / "jobs", g, jobs=2, progress=False, executor="local")
+    assert {k: v["score"] for k, v in jobs.items()} == {k: v["score"] for k, v in here.items()}
+    assert list((tmp_path / "jobs" / "submitit").glob("*_result.pkl"))  # submitit's own
+    with open(tmp_path / "jobs" / "grades.csv") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"Ada Lovelace", "Charles Babbage", "Grace Hopper"}
+    assert rows["Ada Lovelace"]["submission"] == rows["Charles Babbage"]["submission"] == \
+        "submission_1001"
+    assert rows["Grace Hopper"]["sid"] == "1906" and rows["Grace Hopper"]["email"]
+    first = {r["submission"]: r["first_violation"] for r in rows.values()}
+    assert "no module named zero" in first["submission_1001"]  # the crasher's own cause

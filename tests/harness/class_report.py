@@ -12,6 +12,7 @@ from typing import Any
 
 from tests.harness.grading import LIKELY, NOT_CHECKED, NOT_GRADED, WEIGHTS, graded_name
 from tests.harness.pictures import render
+from tests.harness.roster import Student
 
 INVARIANTS = tuple(WEIGHTS)
 # The order a student should read failures in: how the run ended and what the ranks did first
@@ -77,20 +78,27 @@ def _points(x: float) -> str:
     return f"{x:.4g}"
 
 
-def write_csv(path: Path, grades: dict[str, dict[str, Any]]) -> None:
-    """student, score, one column per invariant (points earned), first violation."""
+def write_csv(path: Path, grades: dict[str, dict[str, Any]],
+              who: dict[str, tuple[Student, ...]] | None = None) -> None:
+    """One row per student: student, score, one column per invariant (points earned), first
+    violation, not graded, SID, email, submission. `who`: each submission's students (a
+    group's members each get the group's row); by default the submission is the student."""
+    who = who or {}
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["student", "score", *INVARIANTS, "first_violation", "not_graded"])
-        for student, results in sorted(grades.items()):
+        w.writerow(["student", "score", *INVARIANTS, "first_violation", "not_graded", "sid",
+                    "email", "submission"])
+        rows = [(s, name, results) for name, results in grades.items()
+                for s in who.get(name, (Student(name),))]
+        for person, name, results in sorted(rows, key=lambda r: (r[0].name, r[1])):
             inv = per_invariant(results)
             failed = [(k, v) for k in sorted(INVARIANTS, key=_order)
                       if (v := inv.get(k)) and not v["passed"]]
             first = f"{failed[0][0]}: {failed[0][1]['first']}" if failed else ""
             spoiled = " ".join(k for k in INVARIANTS if inv.get(k, {}).get("not_graded"))
-            w.writerow([student, _points(results.get("score", 0.0)),
+            w.writerow([person.name, _points(results.get("score", 0.0)),
                         *(_points(inv[k]["score"]) if k in inv else "" for k in INVARIANTS),
-                        first, spoiled])
+                        first, spoiled, person.sid, person.email, name])
 
 
 def feedback(student: str, results: dict[str, Any], pictures: dict[str, str] | None = None,
