@@ -198,48 +198,47 @@ def rehearse(zip_path: Path, submission: Path, root: Path, box_mb: float | None 
     return json.loads((root / "results" / "results.json").read_text()), wall, peak
 
 
-def run(root: Path, platform: str = "gradescope") -> int:
-    """Inside Gradescope: grade root/submission into root/results/results.json. Inside
-    PrairieLearn's grader: root/student, and PrairieLearn's results.json (the Gradescope
-    file beside it, as results/gradescope.json)."""
-    config = json.loads((ROOT / "autograder.json").read_text())  # ROOT: the unpacked zip
+def run_session(submission: Path, results_path: Path) -> dict[str, Any]:
+    """Grade `submission` with this unpacked grader's configuration (ROOT: the zip's, the
+    PrairieLearn image's or the Classroom template's `.grader/`) into `results_path`."""
+    config = json.loads((ROOT / "autograder.json").read_text())
     g = Grading(entry=config["entry"], run_timeout_s=config["run_timeout_s"],
                 grading_config=ROOT / "grading.json", observe=config.get("observe", True),
                 mem_mb=config.get("run_mem_mb"),
                 suite_seed=config.get("suite_seed")).resolved()
     print(f"box: {box.plan(box.read_box()).why}; containment: {contain.mode()}; a process of "
           f"a run may allocate {g.mem_mb} MB")
+    results = grade(submission, results_path, g, log=results_path.with_name("pytest.log"))
+    print(f"score {results['score']} ({results.get('output', '')})")
+    return results
+
+
+def run(root: Path, platform: str = "gradescope") -> int:
+    """Inside Gradescope: grade root/submission into root/results/results.json. Inside
+    PrairieLearn's grader: root/student, and PrairieLearn's results.json (the Gradescope
+    file beside it, as results/gradescope.json)."""
     if platform == "prairielearn":
-        results = grade(root / "student", root / "results" / "gradescope.json", g,
-                        log=root / "results" / "pytest.log")
+        results = run_session(root / "student", root / "results" / "gradescope.json")
         prairielearn.write(root / "results" / "results.json", results)
     else:
-        results = grade(root / "submission", root / "results" / "results.json", g,
-                        log=root / "results" / "pytest.log")
-    print(f"score {results['score']} ({results.get('output', '')})")
+        run_session(root / "submission", root / "results" / "results.json")
     return 0  # Gradescope reads the file; a failing submission is not a failing autograder
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["run"]:
-        ap = argparse.ArgumentParser(prog="python -m tests.autograder run")
-        ap.add_argument("--root", type=Path, default=None,
-                        help="/autograder (Gradescope) or /grade (PrairieLearn)")
-        ap.add_argument("--platform", choices=PLATFORMS, default="gradescope")
-        a = ap.parse_args(argv[1:])
-        default = Path("/grade" if a.platform == "prairielearn" else "/autograder")
-        return run(a.root or default, a.platform)
-    ap = argparse.ArgumentParser(prog="python -m tests.autograder",
-                                 description="write a Gradescope autograder zip, or "
-                                             "PrairieLearn's external grader (a folder)")
-    ap.add_argument("--platform", choices=PLATFORMS, default="gradescope",
-                    help="gradescope: --out is the zip to upload; prairielearn: --out is a "
-                         "folder with the grader image's Dockerfile and the question's "
-                         "info.json settings")
+def parse_build_args(argv: list[str], prog: str, description: str, out_help: str,
+                     platform: str | None = None) -> tuple[argparse.Namespace, dict[str, float]]:
+    """The options every platform's grader is built with (entry, bounds, weights, ...);
+    `platform` None: this module's own, with --platform. Returns them and the weights."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    if platform is None:
+        ap.add_argument("--platform", choices=PLATFORMS, default="gradescope",
+                        help="gradescope: --out is the zip to upload; prairielearn: --out is "
+                             "a folder with the grader image's Dockerfile and the question's "
+                             "info.json settings")
     ap.add_argument("--entry", default="python3 main.py",
                     help="the command that runs a submission, inside its folder")
-    ap.add_argument("--out", type=Path, default=Path("autograder.zip"))
+    ap.add_argument("--out", type=Path, default=Path("autograder.zip" if platform is None
+                                                     else platform), help=out_help)
     ap.add_argument("--run-timeout", type=float, default=30.0,
                     help="seconds one run of the submission may take (default 30)")
     ap.add_argument("--weight", action="append", default=[], metavar="MODULE=POINTS")
@@ -258,21 +257,40 @@ def main(argv: list[str] | None = None) -> int:
                          "finish (0 to 1; default 0: a run that fails earns nothing for the "
                          "checks it kept from running)")
     a = ap.parse_args(argv)
+    if platform is not None:
+        a.platform = platform
     if not 0.0 <= a.not_checked_credit <= 1.0:
         ap.error(f"--not-checked-credit {a.not_checked_credit}: give a share from 0 to 1")
-    weights = {k: float(v) for k, v in _pairs(a.weight, "weight").items()}
+    a.visibility = _pairs(a.visibility, "visibility")
     for warning in fit_warnings(a.run_timeout, a.run_mem_mb):
         print(f"warning: {warning}", file=sys.stderr)
+    return a, {k: float(v) for k, v in _pairs(a.weight, "weight").items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:
+        ap = argparse.ArgumentParser(prog="python -m tests.autograder run")
+        ap.add_argument("--root", type=Path, default=None,
+                        help="/autograder (Gradescope) or /grade (PrairieLearn)")
+        ap.add_argument("--platform", choices=PLATFORMS, default="gradescope")
+        a = ap.parse_args(argv[1:])
+        default = Path("/grade" if a.platform == "prairielearn" else "/autograder")
+        return run(a.root or default, a.platform)
+    a, weights = parse_build_args(argv, "python -m tests.autograder",
+                                  "write a Gradescope autograder zip, or PrairieLearn's "
+                                  "external grader (a folder)", "the zip (Gradescope) or the "
+                                  "grader's folder (PrairieLearn)")
     if a.platform == "prairielearn":
-        generated, files = contents(a.entry, a.run_timeout, weights,
-                                    _pairs(a.visibility, "visibility"), not a.no_observe,
-                                    a.run_mem_mb, a.suite_seed, a.not_checked_credit)
+        generated, files = contents(a.entry, a.run_timeout, weights, a.visibility,
+                                    not a.no_observe, a.run_mem_mb, a.suite_seed,
+                                    a.not_checked_credit)
         names = prairielearn.layout(a.out, generated, files, ROOT)
         print(f"wrote {a.out} ({len(names)} files): build and push its Dockerfile's image, "
               "then put info.json's externalGradingOptions in the question "
               f"({a.out / 'README.md'})")
         return 0
-    names = build(a.out, a.entry, a.run_timeout, weights, _pairs(a.visibility, "visibility"),
+    names = build(a.out, a.entry, a.run_timeout, weights, a.visibility,
                   observe=not a.no_observe, mem_mb=a.run_mem_mb, suite_seed=a.suite_seed,
                   not_checked_credit=a.not_checked_credit)
     print(f"wrote {a.out} ({len(names)} files): upload it as the autograder of a "
