@@ -15,7 +15,7 @@ import pytest
 from tests.harness import acl, contain
 from tests.harness.checks import check_clean_exit, check_monotonic_loss
 from tests.harness.observed_checks import NOT_OBSERVED, check_genuine_ranks
-from tests.harness.runner import Watch
+from tests.harness.runner import Watch, run_command
 from tests.harness.runs import BASE, RunCache, RunSpec
 from tests.harness.work_checks import check_data_parallel, check_reduced
 
@@ -167,18 +167,27 @@ def test_tutorial_style_ranks_on_a_fixed_port_run_side_by_side(contained, tmp_pa
 
 
 def test_without_namespaces_runs_fall_back_to_the_marker_scan_one_at_a_time(tmp_path):
+    """The rule lives in the runner (contain.admitted), so every caller of `run_command` gets
+    it, not only the run cache: two runs started at once under the marker scan never
+    overlap; the marker scan still finds a marked helper."""
     env = dict(os.environ, **{contain.FORCE_VAR: contain.MARKER_SCAN})
     mode = subprocess.run([sys.executable, "-c", "from tests.harness import contain; "
                            "print(contain.mode())"], cwd=ROOT, env=env, capture_output=True,
                           text=True, check=True).stdout.strip()
     assert mode == contain.MARKER_SCAN
+    stamp = ("import sys, time; from pathlib import Path; t0 = time.time(); time.sleep(0.4); "
+             "Path(sys.argv[1]).write_text(f'{t0} {time.time()}')")
+    watch = Watch(observe=False, contain=False)
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda i: run_command(
+            [sys.executable, "-c", stamp, str(tmp_path / f"span{i}")], tmp_path / f"r{i}" / "out",
+            30, watch=watch), range(2)))
+    (a0, a1), (b0, b1) = (map(float, (tmp_path / f"span{i}").read_text().split())
+                          for i in range(2))
+    assert a1 <= b0 or b1 <= a0, "two runs overlapped without namespaces"
     c = cache(tmp_path, bound=2, grace_s=SURE_SURVIVOR_GRACE_S)
-    lock = c._serialised(("python3", "main.py"))
-    if contain.mode() == contain.NAMESPACES:
-        assert not hasattr(lock, "acquire")  # namespaces: runs may overlap
     c.watch = Watch(observe=True, contain=False, grace_s=SURE_SURVIVOR_GRACE_S)
-    assert hasattr(c._serialised(("python3", "main.py")), "acquire")
-    r = c.get(hostile("escape.py"), BASE)  # the marker scan still finds a marked helper
+    r = c.get(hostile("escape.py"), BASE)
     assert r.outcome.containment == contain.MARKER_SCAN and len(r.outcome.survivors) == 1
 
 

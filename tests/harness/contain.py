@@ -160,6 +160,29 @@ def lease() -> Iterator[tuple[int, int]]:
         yield user
 
 
+@contextlib.contextmanager
+def admitted(mode: str) -> Iterator[tuple[int, int] | None]:
+    """Containment's one rule on runs at once, for every caller of the runner: in namespaces
+    each run has its own network and /tmp, so runs overlap freely; without them a
+    submission's fixed port (the tutorials' 12355) or /tmp rendezvous would join another
+    run's ranks, so runs go one at a time on the machine: under the run user through its
+    `lease` (yields the user), under the marker scan through one lock per user."""
+    if mode == NAMESPACES:
+        yield None
+        return
+    if mode == USER:
+        with lease() as user:
+            yield user
+        return
+    import tempfile
+
+    from filelock import FileLock
+
+    path = Path(tempfile.gettempdir()) / f"capstone-one-run-at-a-time-{os.getuid()}.lock"
+    with FileLock(str(path)):
+        yield None
+
+
 def become(ids: tuple[int, int]) -> Callable[[], None]:
     """A preexec function: drop to the run user (no supplementary groups)."""
     def drop() -> None:

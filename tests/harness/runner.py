@@ -285,9 +285,7 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
     it behind."""
     watch = watch or Watch()
     mode = contain.mode() if watch.contain else contain.MARKER_SCAN
-    if mode != contain.USER:
-        return _run(argv, out, timeout_s, cwd, mem_bytes, file_bytes, watch, mode, None)
-    with contain.lease() as user:
+    with contain.admitted(mode) as user:  # whether it may run beside others: contain's rule
         return _run(argv, out, timeout_s, cwd, mem_bytes, file_bytes, watch, mode, user)
 
 

@@ -8,7 +8,6 @@ says why."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import random
@@ -155,17 +154,6 @@ class RunCache:
         self.watch = replace(watch, hang_after_s=watch.hang_after_s * self.factor,
                              after_kill_s=watch.after_kill_s * self.factor)
 
-    def _serialised(self, impl: tuple[str, ...]) -> FileLock | contextlib.nullcontext[None]:
-        """Without namespaces, two runs of one submission never run at once: a submission
-        with a fixed MASTER_PORT or /tmp rendezvous would join the other run's ranks. (Under
-        the run-user containment the runner itself lets no two runs on this machine go at
-        once: `contain.lease`.)"""
-        mode = contain.mode() if self.watch.contain else contain.MARKER_SCAN
-        if mode in (contain.NAMESPACES, contain.USER):
-            return contextlib.nullcontext()
-        digest = hashlib.sha256(json.dumps(list(impl)).encode()).hexdigest()[:12]
-        return FileLock(str(self.root / f"impl-{digest}.lock"))
-
     def _attempt(self, impl: tuple[str, ...], argv: list[str], d: Path,
                  alone: bool = False, nemesis: str | None = None) -> Outcome:
         """One run in a fresh directory, once it fits in the box (`alone`: no other run, and
@@ -176,7 +164,7 @@ class RunCache:
         scale = stress.RERUN_SCALE if alone else 1.0
         watch = replace(self.watch, hang_after_s=self.watch.hang_after_s * scale,
                         nemesis=nemesis or "")
-        with self._serialised(impl), self.budget.reserve(d.name, exclusive=alone):
+        with self.budget.reserve(d.name, exclusive=alone):
             outcome = run_command(argv, d / "out", self.timeout_s * scale, self.cwd,
                                   self.mem_bytes, self.file_bytes, watch)
         self.budget.measured(outcome.peak_mb)
