@@ -118,7 +118,7 @@ def grade_in_classroom(template: Path, submission: Path, repo: Path) -> tuple[di
 
 @pytest.mark.long
 @pytest.mark.slow
-def test_the_steps_give_each_invariant_its_points_from_one_session(tmp_path):
+def test_the_steps_give_each_module_its_points_from_one_session(tmp_path):
     """no_broadcast in a student's repository: the session runs once, the steps of the two
     invariants it breaks fail with its cause in their log, the others pass; the reporter's
     sum is the grade."""
