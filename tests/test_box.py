@@ -46,8 +46,9 @@ GRADER = textwrap.dedent("""
     bound = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
     cache = RunCache(root, bound, Path.cwd(), mem, 64 * 2**20, Watch(observe=True, contain=True))
     spec = RunSpec("box", world_size=2, batch_size=8, steps=6, checkpoint_every=3)
-    outcome = asdict(cache.get(tuple(argv), spec).outcome)
-    print(json.dumps({**outcome, "cap_mb": cache.mem_bytes / 2**20}))
+    if argv:  # none: only the session's start (the probe of how torch starts in the box)
+        outcome = asdict(cache.get(tuple(argv), spec).outcome)
+        print(json.dumps({**outcome, "cap_mb": cache.mem_bytes / 2**20}))
 """)
 # Another tenant of the box (a run of another test, the grader's own growth): it holds
 # `hold` MB until the kernel's OOM killer has struck in the box once, then lets go.
@@ -100,6 +101,10 @@ def test_a_run_the_box_killed_is_rerun_alone_and_not_charged(tmp_path):
     (runs ask to be its first choice). The rerun, alone, passes and is what counts."""
     ready = tmp_path / "ready"
     with cgbox.CgBox(1000) as box:
+        # The session starts before the neighbour fills the box, as a grading session does:
+        # its probe of torch's start (PyPI's CUDA build needs its cap raised) meets no thrash.
+        subprocess.run([sys.executable, "-c", GRADER, str(tmp_path / "runs"), "[]"], cwd=ROOT,
+                       check=True, capture_output=True, timeout=600, preexec_fn=box.enter)
         neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(box.dirs[0]), "820",
                                       str(ready)], preexec_fn=box.enter)
         while not ready.exists():
@@ -135,7 +140,8 @@ def test_a_submission_that_allocates_without_bound_is_charged(tmp_path):
     with cgbox.CgBox(768, 0.5) as box:
         outcome = grade_one_run(box, tmp_path, MEMHOG)
     assert outcome["returncode"] not in (0, None), outcome
-    if outcome["cap_mb"] >= 768 * box_mod.HEADROOM - box_mod.SUITE_MB:
+    if outcome["not_graded"]:  # the box struck first: only where the cap had to be raised
+        assert outcome["cap_mb"] >= 768 * box_mod.HEADROOM - box_mod.SUITE_MB, outcome
         why = outcome["not_graded"]
         assert "cannot be told from a box too small" in why and "not your program's" not in why
         assert f"needs {outcome['cap_mb']:.0f} MB" in why, why
