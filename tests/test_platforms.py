@@ -22,7 +22,9 @@ from tests.harness.session import Grading
 from tests.test_autograder import run_autograder, run_prairielearn
 from tests.test_classroom import _template, classroom_points, grade_in_classroom
 
-pytestmark = [pytest.mark.platforms, pytest.mark.long, pytest.mark.slow]
+# 24 gradings (about 10 minutes on 2 CPUs): past the suite's 300 s per test
+pytestmark = [pytest.mark.platforms, pytest.mark.long, pytest.mark.slow,
+              pytest.mark.timeout(2400)]
 ROOT = Path(__file__).resolve().parents[1]
 CLASS = ("reference", "ring", "no_broadcast", "deadlock_at_step_5")
 PEOPLE = {"reference": [("Ada Lovelace", "1815")],
