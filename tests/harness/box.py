@@ -200,11 +200,16 @@ class Plan:
 def plan(box: Box, run_mb: float = RUN_MB_GUESS) -> Plan:
     """Two xdist workers (two runs at once) where two CPUs' worth of quota and the memory of
     two runs beside the session fit in the box; else none, and runs go one at a time."""
-    room = box.memory_mb * HEADROOM - SUITE_MB - 2 * WORKER_MB
-    workers = 2 if box.cores >= 1.75 and room >= 2 * run_mb else 0
+    workers = 2 if box.cores >= 1.75 and box.memory_mb >= session_mb(2, run_mb) else 0
     why = (f"{box.describe()}: {workers or 'no'} xdist workers, "
            f"{2 if workers else 1} run(s) of ~{run_mb:.0f} MB at once")
     return Plan(workers, run_mb, why)
+
+
+def session_mb(workers: int, run_mb: float = RUN_MB_GUESS) -> float:
+    """The memory a grading session with `workers` xdist workers needs: itself, its workers
+    and one run per worker at once (one without workers), within the planner's headroom."""
+    return (SUITE_MB + workers * WORKER_MB + max(1, workers) * run_mb) / HEADROOM
 
 
 def process_cap_mb(box: Box, wanted: float = PROCESS_MB) -> int:

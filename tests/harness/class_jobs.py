@@ -39,9 +39,7 @@ class JobResources:
     def mem_mb(self) -> int:
         """Sized from what the suite measured: the session (pytest and its xdist workers)
         and one run per worker at once, within the headroom the box planner keeps."""
-        workers = 2 if self.cpus >= 2 else 0
-        need = box.SUITE_MB + workers * box.WORKER_MB + max(1, workers) * box.RUN_MB_GUESS
-        return int(math.ceil(need / box.HEADROOM / 256) * 256)
+        return int(math.ceil(box.session_mb(2 if self.cpus >= 2 else 0) / 256) * 256)
 
 
 def grade_one(folder: Path, out: Path, g: Grading) -> dict[str, Any]:
