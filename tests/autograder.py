@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import zipfile
 from pathlib import Path
@@ -122,6 +123,23 @@ def contents(entry: str, run_timeout_s: float, weights: dict[str, float],
                                    indent=2) + "\n",
     }
     return generated, files
+
+
+def write_folder(out: Path, generated: dict[str, str], files: list[Path]) -> list[str]:
+    """A grader as a folder (PrairieLearn's image, Classroom's `.grader/`): the generated
+    texts (`setup.sh` and `run` executable) and the suite's files, at their paths under
+    ROOT. Returns the names it holds."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for name, text in generated.items():
+        (out / name).write_text(text)
+        (out / name).chmod(0o755 if name in ("run", "setup.sh") else 0o644)
+    for path in files:
+        dest = out / path.relative_to(ROOT)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest)
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 
 
 def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float],
@@ -285,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         generated, files = contents(a.entry, a.run_timeout, weights, a.visibility,
                                     not a.no_observe, a.run_mem_mb, a.suite_seed,
                                     a.not_checked_credit)
-        names = prairielearn.layout(a.out, generated, files, ROOT)
+        names = write_folder(a.out, {**generated, **prairielearn.grader_texts()}, files)
         print(f"wrote {a.out} ({len(names)} files): build and push its Dockerfile's image, "
               "then put info.json's externalGradingOptions in the question "
               f"({a.out / 'README.md'})")

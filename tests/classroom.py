@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -91,19 +90,11 @@ What it cannot guarantee there:
 def write_template(out: Path, entry: str, weights: dict[str, float],
                    generated: dict[str, str], files: list[Path], root: Path) -> list[str]:
     """Write the template's workflow, `.grader/` and GRADING.md under `out`."""
+    from tests.autograder import write_folder
+
     (out / ".github" / "workflows").mkdir(parents=True, exist_ok=True)
     (out / ".github" / "workflows" / "classroom.yml").write_text(workflow(weights))
-    grader = out / GRADER_DIR
-    if grader.exists():
-        shutil.rmtree(grader)
-    grader.mkdir()
-    for name, text in generated.items():
-        (grader / name).write_text(text)
-    (grader / "setup.sh").chmod(0o755)
-    for path in [*files, root / "tests" / "classroom.py"]:
-        dest = grader / path.relative_to(root)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, dest)
+    write_folder(out / GRADER_DIR, generated, [*files, root / "tests" / "classroom.py"])
     (out / "GRADING.md").write_text(GRADING_MD.format(entry=entry))
     return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 

@@ -12,7 +12,6 @@ Gradescope text's "SCORE INCOMPLETE" asks the instructor to regrade.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -49,23 +48,11 @@ def info_json(image: str = "YOU/capstone-grader", timeout_s: int = 600) -> dict[
                                        "timeout": timeout_s}}
 
 
-def layout(out: Path, generated: dict[str, str], files: list[Path], root: Path) -> list[str]:
-    """Write PrairieLearn's grader folder: the suite (`files`, relative to `root`), the
-    generated configuration, `run`, a Dockerfile and the question's info.json settings."""
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    texts = {**generated, "run": RUN, "Dockerfile": DOCKERFILE,
-             "info.json": json.dumps(info_json(), indent=2) + "\n",
-             "README.md": README}
-    for name, text in texts.items():
-        (out / name).write_text(text)
-        (out / name).chmod(0o755 if name in ("run", "setup.sh") else 0o644)
-    for path in files:
-        dest = out / path.relative_to(root)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, dest)
-    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+def grader_texts() -> dict[str, str]:
+    """What PrairieLearn's grader folder holds beside the suite and its configuration:
+    `run`, the Dockerfile, the question's info.json settings and a README."""
+    return {"run": RUN, "Dockerfile": DOCKERFILE,
+            "info.json": json.dumps(info_json(), indent=2) + "\n", "README.md": README}
 
 
 README = f"""# The capstone's PrairieLearn grader
