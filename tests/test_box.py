@@ -131,6 +131,24 @@ def test_a_run_the_box_kills_twice_is_not_graded_and_says_why(tmp_path):
     assert "choose a larger autograder machine" in why
 
 
+COUNT_OOM_KILLS = "from tests.harness import box; print(box.oom_kills())"
+
+
+def test_a_kill_in_a_box_beside_this_one_is_not_counted_here():
+    """Two gradings side by side, each in its box: the kernel kills in one, and the other's
+    runs, failed or not, are not excused by it (the machine's counter moves; the box's not)."""
+    with cgbox.CgBox(600) as here, cgbox.CgBox(80) as beside:
+        def count() -> int:
+            return int(subprocess.run([sys.executable, "-c", COUNT_OOM_KILLS], cwd=ROOT,
+                                      check=True, capture_output=True, text=True,
+                                      preexec_fn=here.enter).stdout)
+        before = count()
+        hog = subprocess.run([sys.executable, "-c", "b = bytearray(200 * 2**20)"],
+                             preexec_fn=beside.enter, capture_output=True)
+        assert hog.returncode == -9 and beside.oom_kills() > 0, hog  # the kernel struck there
+        assert count() == before
+
+
 def test_a_submission_that_allocates_without_bound_is_charged(tmp_path):
     """Its processes are capped below what the box holds: it fails on its own cap
     (MemoryError), the OOM killer never strikes, and nothing is excused or rerun. Where the

@@ -26,6 +26,7 @@ from typing import Any
 import psutil
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+VMSTAT = Path("/proc/vmstat")  # the machine's counters
 # What one run of 4 ranks is assumed to hold (proportional set size, summed over its
 # processes) until the session measured one: the reference measures ~240 MB (forked ranks
 # share torch's pages), a spawn-style submission ~600 MB (each rank imports torch itself).
@@ -181,11 +182,17 @@ def counters(path: Path) -> dict[str, int]:
 
 
 def oom_kills() -> int:
-    """OOM kills the kernel counted where this process lives: its cgroups' (v1, v2) and the
-    machine's. Only differences matter: a run failed while this number moved."""
-    files = [*(d / "memory.oom_control" for d in _v1_dirs("memory")),
-             *(d / "memory.events" for d in _v2_dirs()), Path("/proc/vmstat")]
-    return sum(counters(f).get("oom_kill", 0) for f in files)
+    """OOM kills the kernel counted where this process lives. Only differences matter: a run
+    failed while this number moved. Below the cgroup mount's root (a box, this machine's own
+    sandbox) its cgroups count every kill of their processes, whichever OOM killer struck, so
+    a box beside it that runs out does not count; at a root (which, in a container with a
+    cgroup namespace of its own, cannot be told from the container's) the machine's too."""
+    v1, v2 = _v1_dirs("memory"), _v2_dirs()
+    files = [*(d / "memory.oom_control" for d in v1), *(d / "memory.events" for d in v2)]
+    below_root = (bool(v1) and v1[0] != CGROUP_ROOT / "memory") or \
+        (bool(v2) and v2[0] != CGROUP_ROOT)
+    return sum(counters(f).get("oom_kill", 0) for f in files) + \
+        (0 if below_root else counters(VMSTAT).get("oom_kill", 0))
 
 
 @dataclass(frozen=True)
