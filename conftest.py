@@ -137,15 +137,32 @@ def unfinished(runs: list[Run], invariant: str) -> Run | None:
     return None
 
 
+def _not_checked(record: Callable[[str, object], None], what: str, stopped: Run) -> None:
+    """Fail a check as a consequence of `stopped`, a run it needed that did not finish: one
+    line, the cause told where that run's ending is checked."""
+    see = "; see no_deadlock" if stopped.name in ENDINGS_CHECKED else ""
+    line = (f"{NOT_CHECKED}the {stopped.name} run did not finish "
+            f"({stopped.outcome.reason()[:300]}){see}")
+    record("first_violation", line)
+    record("reason", f"{what}: {line}")
+    pytest.fail(f"{what}: {line}", pytrace=False)
+
+
 @pytest.fixture
-def run(run_cache: RunCache, impl: tuple[str, ...], request: pytest.FixtureRequest
-        ) -> Callable[[RunSpec], Run]:
+def run(run_cache: RunCache, impl: tuple[str, ...], request: pytest.FixtureRequest,
+        record_property: Callable[[str, object], None]) -> Callable[[RunSpec], Run]:
     """`run(spec)`: the finished run of the implementation under test (remembered for the
     test's failure report). A run the grading machine killed twice (out of memory) is not
     graded: the test is skipped with the reason, never failed."""
     used = request.node.stash.setdefault(RUNS_USED, [])
 
     def get(spec: RunSpec) -> Run:
+        # Whatever a test reads after a base run that did not finish, its verdict is that
+        # run's consequence (`holds`): told now, in the same line, without starting the run.
+        stopped = next((r for r in used if r.name == BASE.name and not r.outcome.finished()),
+                       None)
+        if stopped is not None:
+            _not_checked(record_property, f"{spec.name} run not started", stopped)
         r = run_cache.get(impl, spec)
         if r.outcome.not_graded:
             pytest.skip(f"{NOT_GRADED}{spec.name} run: {r.outcome.not_graded}")
@@ -173,12 +190,7 @@ def holds(record_property: Callable[[str, object], None], request: pytest.Fixtur
             stopped = unfinished(runs, first.invariant) \
                 if first.invariant != "no_deadlock" else None
             if stopped is not None:  # a consequence: told in one line, the cause elsewhere
-                see = "; see no_deadlock" if stopped.name in ENDINGS_CHECKED else ""
-                line = (f"{NOT_CHECKED}the {stopped.name} run did not finish "
-                        f"({stopped.outcome.reason()[:300]}){see}")
-                record_property("first_violation", line)
-                record_property("reason", f"{what}: {line}")
-                pytest.fail(f"{what}: {line}", pytrace=False)
+                _not_checked(record_property, what, stopped)
             timelines = {r.name: str(t) for r in runs if (t := timeline_of(r)) is not None}
             if timelines:
                 record_property("timelines", json.dumps(timelines))
