@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.harness.diagnosis import diagnose
+from tests.harness.fault_checks import FLAG_HINT, check_fault_took_effect
 from tests.harness.matrix import CHECKS, FROM_BASE_RUN, evaluate
+from tests.harness.runs import fault_step, faulted
 from tests.harness.violations import summarize
 from tests.mutants.catalogue import MUTANTS
 
@@ -50,6 +52,17 @@ def test_mutant_is_caught_by_its_target(reference_only, run_cache, record_proper
         assert found[target], f"mutant {name} was not caught by {target}"
     record_property("reason", "; ".join(f"{t}: {found[t][0]}" for t in mutant.targets))
     assert mutant.hint and hinted, f"mutant {name}: feedback lacks {mutant.hint!r}: {hints}"
+
+
+def test_a_guard_that_reads_the_flag_meets_no_spike_in_its_replay(reference_only, run_cache):
+    """(A NaN is the matrix's rollback probe.) Its rollback replays steps 11.. from
+    checkpoint 10, whose losses are above twice the last step's: the first time's losses,
+    not the spike it never applied."""
+    kind = "spike"
+    step = fault_step(kind, 0)
+    impl = (sys.executable, str(LAUNCHER), "guard_reads_flag")
+    found = check_fault_took_effect(run_cache.get(impl, faulted(kind, step)), kind, step)
+    assert found and found[0].message.endswith(FLAG_HINT), found
 
 
 def test_reference_passes_every_check(reference_only, run, record_property):

@@ -18,11 +18,11 @@ CLEAN = [4.1, 3.2, 2.6, 2.1, 1.8, 1.5, 1.3]
 
 
 def _run(kind: str, step: int, losses: list[float], calls: list[Call] | None = None,
-         grads_ok: bool = True, rolled: bool = True):
+         grads_ok: bool = True, rolled: bool = True, steps: list[int] | None = None):
     procs = []
     for r in range(4):
         p = rank_trace(r, 4, list(calls or []))
-        p.losses = list(enumerate(losses, 1))
+        p.losses = list(zip(steps or range(1, len(losses) + 1), losses, strict=True))
         p.grads_finite = [(s, grads_ok or s != step) for s in range(1, len(losses) + 1)]
         procs.append(p)
     run = observed_run(procs, 4, len(losses))
@@ -69,6 +69,18 @@ def test_a_rollback_without_the_fault_is_the_guard_reading_the_flag(kind, step):
     assert "read the --inject flag" in diagnose("rollback", [v])[0]
     [v] = check_fault_took_effect(_run(kind, step, CLEAN, rolled=False), kind, step)
     assert "the guard never fired" in v.message  # no rollback: no points either
+
+
+@given(kind=st.sampled_from(["nan", "spike"]), step=st.integers(5, 7))
+def test_the_replay_after_a_rollback_is_no_spike(kind, step):
+    """A guard that reads the flag rolls back to step 3's checkpoint and replays steps 4..:
+    step 4's loss, above twice the last step's, is step 4's of the first time, not a fault."""
+    falling = [4.1, 3.0, 2.2, 1.6, 1.0, 0.7, 0.5]
+    steps = [*range(1, step + 1), *range(4, len(falling) + 1)]
+    losses = [falling[s - 1] for s in steps]
+    calls = [_guard_call([v, 0.5]) for v in losses]  # what the guard reduces, replayed too
+    [v] = check_fault_took_effect(_run(kind, step, losses, calls, steps=steps), kind, step)
+    assert v.message.endswith(FLAG_HINT), v.message
 
 
 def test_the_suites_own_nan_is_confirmed_where_it_was_drawn():

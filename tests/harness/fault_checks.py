@@ -56,8 +56,12 @@ def _non_finite(p: ProcessTrace) -> bool:
 
 
 def _jumps(series: list[float]) -> bool:
-    """A number more than SPIKE times the one before (both finite and positive)."""
-    return any(b > SPIKE * a > 0 for a, b in pairwise(series)
+    """A number more than SPIKE times the one before (both finite and positive) that the
+    series never held before: a rollback replays the steps after its checkpoint, whose
+    numbers, higher than the last step's, are the ones those steps gave the first time."""
+    return any(b > SPIKE * a > 0 and not any(math.isclose(b, c, rel_tol=1e-6)
+                                             for c in series[:i])
+               for i, (a, b) in enumerate(pairwise(series), 1)
                if math.isfinite(a) and math.isfinite(b)) or \
         any(not math.isfinite(v) for v in series)
 
