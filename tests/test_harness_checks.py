@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tests.harness.checks import (
     LOSS_RISE_RTOL,
+    OVERSHOOT_RTOL,
     Run,
     check_equal_norms,
     check_monotonic_loss,
@@ -46,11 +47,27 @@ def test_monotonic_accepts_every_rise_within_the_tolerance(start, factors, noise
 
 
 @given(seq=st.lists(losses, min_size=2, max_size=25), at=st.integers(1, 24),
-       rise=st.floats(2.5, 1e6))
-def test_monotonic_rejects_every_real_rise(seq, at, rise):
+       rise=st.floats(1.0001, 1e4))
+def test_monotonic_rejects_every_rise_beyond_an_overshoot(seq, at, rise):
     assume(at < len(seq))
     seq = sorted(seq, reverse=True)
-    seq[at] = seq[at - 1] * (1 + rise * LOSS_RISE_RTOL)
+    seq[at] = seq[at - 1] * (1 + rise * OVERSHOOT_RTOL)
+    found = check_monotonic_loss(synthetic(seq))
+    assert any(v.rank == 0 and v.step == at + 1 for v in found), found
+
+
+@given(seq=st.lists(losses, min_size=3, max_size=25), at=st.integers(1, 23),
+       rise=st.floats(2.5 * LOSS_RISE_RTOL, OVERSHOOT_RTOL), last=st.booleans(),
+       stays=st.floats(1.0, 1.5))
+def test_an_overshoot_passes_only_if_the_next_step_takes_it_back(seq, at, rise, last, stays):
+    """A rise of at most 1% with the next step below the loss before it passes; the same rise
+    at the last step, or with the next step at or above that loss, is a violation."""
+    assume(at + 1 < len(seq))
+    seq = sorted(set(seq), reverse=True)
+    assume(at + 1 < len(seq))
+    seq[at] = seq[at - 1] * (1 + rise)
+    assert check_monotonic_loss(synthetic(seq)) == []  # seq[at + 1] < seq[at - 1]
+    seq = seq[:at + 1] if last else [*seq[:at + 1], seq[at - 1] * stays, *seq[at + 2:]]
     found = check_monotonic_loss(synthetic(seq))
     assert any(v.rank == 0 and v.step == at + 1 for v in found), found
 

@@ -18,6 +18,12 @@ from tests.harness.runner import Outcome
 from tests.harness.violations import Violation
 
 LOSS_RISE_RTOL = 1e-6  # a loss may exceed the previous one by this much (float noise)
+# ...or, once in a while, by up to this much if the next step takes it back below the loss
+# before the rise: Adam's overshoot on a program's own data and init (the contract leaves
+# both to the program; tests/students/zero1.py rises 0.56% at step 5 under seed 11, 0.08% at
+# step 3 under seed 37, in 40 seeds; the lesson's data never does). A divergence does not
+# come back.
+OVERSHOOT_RTOL = 0.01
 PARITY_LOSS_RTOL = 1e-5
 PARITY_GRAD_RTOL = 1e-4
 MASTER_NORM_RTOL = 1e-9  # float64 sums of the same values in another order
@@ -71,8 +77,16 @@ def _step_records(run: Run, invariant: str, steps: range, keys: tuple[str, ...]
     return run.parsed.records, out
 
 
+def _overshoot(r0: dict[int, dict[str, Any]], s: int) -> bool:
+    """Step s's loss is at most OVERSHOOT_RTOL above step s-1's, and step s+1's below that."""
+    prev, nxt = r0[s - 1]["loss"], r0.get(s + 1, {}).get("loss")
+    return r0[s]["loss"] <= prev + OVERSHOOT_RTOL * abs(prev) and is_finite(nxt) and \
+        nxt < prev
+
+
 def check_monotonic_loss(run: Run) -> list[Violation]:
-    """Finite losses at steps 1..S, equal on every rank, none above the previous + 1e-6 rel."""
+    """Finite losses at steps 1..S, equal on every rank, none above the previous + 1e-6 rel
+    but an overshoot the next step takes back (`OVERSHOOT_RTOL`)."""
     inv = "monotonic_loss"
     recs, out = _step_records(run, inv, range(1, run.steps + 1), ("loss",))
     r0 = recs.get(0, {})
@@ -87,9 +101,10 @@ def check_monotonic_loss(run: Run) -> list[Violation]:
         prev = r0.get(s - 1)
         if prev is not None and s > 1 and is_finite(prev.get("loss")):
             limit = prev["loss"] + LOSS_RISE_RTOL * abs(prev["loss"])
-            if r0[s]["loss"] > limit:
+            if r0[s]["loss"] > limit and not _overshoot(r0, s):
                 out.append(Violation(inv, 0, s, f"loss <= {limit!r} (step {s - 1}: "
-                                     f"{prev['loss']!r} + 1e-6 rel)", r0[s]["loss"]))
+                                     f"{prev['loss']!r} + 1e-6 rel; up to 1% only if step "
+                                     f"{s + 1} falls below it)", r0[s]["loss"]))
     return out
 
 
