@@ -60,6 +60,7 @@ def test_a_nan_the_program_did_not_ask_for_is_rolled_back(run, holds):
           f"the suite's own NaN at step {step} on rank {rank}")
 
 
+@pytest.mark.long  # killsave: the killed run, then its resume: started first
 @pytest.mark.parametrize("kind", ["kill", "killsave"])
 def test_a_rank_killed_from_outside_ends_the_run_and_it_resumes_like_the_clean_run(run, holds,
                                                                                   kind):

@@ -20,11 +20,13 @@ def test_optimizer_state_is_12P_over_N(run, holds, spec):
     holds(check_zero_memory(run(spec)), f"ZeRO-1 memory of the {spec.name} run")
 
 
+@pytest.mark.long  # several runs, one after another: started first
 def test_memory_per_rank_times_N_is_constant(run, holds):
     runs = {s.world_size: run(s) for s in (SINGLE, N2, N3, BASE)}
     holds(check_memory_scaling(runs), "optimizer bytes x N over N = 1, 2, 3, 4")
 
 
+@pytest.mark.long  # several runs, one after another: started first
 def test_measured_persistent_state_shrinks_by_12P(run, holds, record_property):
     runs = {s.world_size: run(s) for s in (MEM1, N2, BASE)}
     if any(r.observed is None for r in runs.values()):
@@ -36,6 +38,7 @@ def test_measured_persistent_state_shrinks_by_12P(run, holds, record_property):
     holds(check_measured_memory(runs), "persistent bytes per rank over N = 1, 2, 4")
 
 
+@pytest.mark.long  # several runs, one after another: started first
 def test_adam_moments_live_in_shards(run, holds, record_property):
     runs = {s.world_size: run(s) for s in (MEM1, N2, N3, BASE)}
     if any(r.observed is None for r in runs.values()):
