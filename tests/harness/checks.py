@@ -103,8 +103,9 @@ def check_monotonic_loss(run: Run) -> list[Violation]:
             limit = prev["loss"] + LOSS_RISE_RTOL * abs(prev["loss"])
             if r0[s]["loss"] > limit and not _overshoot(r0, s):
                 out.append(Violation(inv, 0, s, f"loss <= {limit!r} (step {s - 1}: "
-                                     f"{prev['loss']!r} + 1e-6 rel; up to 1% only if step "
-                                     f"{s + 1} falls below it)", r0[s]["loss"]))
+                                     f"{prev['loss']!r} + 1e-6 rel; up to "
+                                     f"{OVERSHOOT_RTOL:.0%} only if step {s + 1} falls "
+                                     "below it)", r0[s]["loss"]))
     return out
 
 

@@ -25,6 +25,7 @@ from tests.harness.violations import Violation
 
 INV = "rollback"
 SPIKE = 2.0  # the contract's spike: a loss above twice the previous step's
+REPLAY_RTOL = 1e-6  # a replayed step gives back its first numbers (bit-identical in a correct run)
 FLAG_HINT = "the guard must read the numbers, not the flag"
 
 
@@ -59,11 +60,13 @@ def _jumps(series: list[float]) -> bool:
     """A number more than SPIKE times the one before (both finite and positive) that the
     series never held before: a rollback replays the steps after its checkpoint, whose
     numbers, higher than the last step's, are the ones those steps gave the first time."""
-    return any(b > SPIKE * a > 0 and not any(math.isclose(b, c, rel_tol=1e-6)
-                                             for c in series[:i])
-               for i, (a, b) in enumerate(pairwise(series), 1)
-               if math.isfinite(a) and math.isfinite(b)) or \
-        any(not math.isfinite(v) for v in series)
+    if any(not math.isfinite(v) for v in series):
+        return True
+    for i, (a, b) in enumerate(pairwise(series), 1):
+        replayed = any(math.isclose(b, c, rel_tol=REPLAY_RTOL) for c in series[:i])
+        if b > SPIKE * a > 0 and not replayed:
+            return True
+    return False
 
 
 def _spiked(p: ProcessTrace) -> bool:
