@@ -36,7 +36,7 @@ def rank_trace(rank: int, size: int, calls: list[Call], backward_at: int = 0,
     p = ProcessTrace(pid=100 + rank, rank=rank, size=size, calls=calls, flight_recorder=fr,
                      backwards=[backward_at])
     if P:
-        p.memory = [{"param_elements": P}]
+        p.leaf_elements = [P]
     return p
 
 
@@ -191,7 +191,7 @@ def _memory_runs(P: int, persistent: dict[int, int],
     runs = {}
     for n, b in persistent.items():
         p = rank_trace(0, n, [], P=P)
-        p.memory.append({"persistent_bytes": b, "param_elements": P,
+        p.memory.append({"persistent_bytes": b,
                          "same_storage_bytes": (same_storage or persistent)[n]})
         runs[n] = observed_run([p], n, 6, P)
     return runs

@@ -5,6 +5,7 @@ and the ways a wrong one keeps a moment whole."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -20,6 +21,8 @@ OBSERVER = Path(__file__).resolve().parent / "observer" / "_observer_state.py"
 
 
 def _locator() -> ModuleType:
+    if str(OBSERVER.parent) not in sys.path:  # its sibling _observer_buffers, as in a run
+        sys.path.append(str(OBSERVER.parent))
     spec = importlib.util.spec_from_file_location("_observer_state", OBSERVER)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -50,6 +53,33 @@ def test_the_locator_finds_each_layout_by_its_values_and_not_its_temporaries():
     assert all(_elements(found, k, True) == [3 * n] for k in in_one)  # one storage, saved
     assert locate.saved_state({"weights": torch.ones(n)}) == {}  # not a shard: no search
     del m_hat
+
+
+def test_the_locator_finds_state_that_python_holds_outside_torch():
+    """Moments kept whole in numpy arrays, the rank stepping torch.from_numpy views of its
+    slice; another in a bytearray; a shard in an array.array: each found with the size of
+    the object that owns the memory, the tensor view inside it not counted again."""
+    import array
+
+    import numpy as np
+
+    locate = _locator()
+    P, n = 30_080, 7_520
+    rng = np.random.default_rng(3)
+    whole_m = np.zeros(P, dtype=np.float32)
+    whole_m[n:2 * n] = rng.standard_normal(n)
+    view = torch.from_numpy(whole_m[n:2 * n])  # what the rank's Adam steps
+    raw = bytearray(4 * P)
+    as_floats = np.frombuffer(raw, dtype=np.float32)  # a view: the bytearray owns it
+    as_floats[n:2 * n] = rng.random(n)
+    shard = array.array("f", rng.standard_normal(n).astype(np.float32).tolist())
+    saved = {"master": torch.tensor(np.asarray(shard)), "exp_avg": view.clone(),
+             "exp_avg_sq": torch.from_numpy(as_floats[n:2 * n].copy()), "step": 10}
+    found = locate.locate(locate.saved_state(saved))
+    assert _elements(found, "exp_avg") == [P]  # the numpy array, not also its view
+    assert _elements(found, "exp_avg_sq") == [P]  # the bytearray's
+    assert n in _elements(found, "master")  # the array.array's
+    del view, as_floats
 
 
 def _state(numel: int, holders: list[tuple[int, bool]], pieces: int | None = None) -> dict:

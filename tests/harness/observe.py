@@ -73,6 +73,7 @@ class ProcessTrace:
     flight_recorder: list[dict[str, Any]] | None = None
     backwards: list[int] = field(default_factory=list)  # start times, ns
     work: list[dict[str, int]] = field(default_factory=list)  # per backward: tokens, rows
+    leaf_elements: list[int] = field(default_factory=list)  # per backward: what it reached
     memory: list[dict[str, Any]] = field(default_factory=list)
     state: dict[str, Any] | None = None  # where its optimizer state lives (first checkpoint)
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) per backward
@@ -115,9 +116,12 @@ class ProcessTrace:
         done = [m for m in self.memory if "persistent_bytes" in m]
         return done[-1].get(key, done[-1]["persistent_bytes"]) if done else None
 
-    def param_elements(self) -> int | None:
-        seen = [m["param_elements"] for m in self.memory if m.get("param_elements")]
-        return seen[-1] if seen else None
+    def model_elements(self) -> int | None:
+        """P as this process computed it: the most elements one of its backward passes
+        differentiated (the leaves it reached, or autograd.grad's inputs), None before any.
+        Parameters no backward reaches (a flat shard or a master copy kept as an
+        nn.Parameter, buffers) are not the model's."""
+        return max(self.leaf_elements) if self.leaf_elements else None
 
 
 def _prod(shape: list[int]) -> int:
@@ -196,6 +200,8 @@ def read_process(path: Path) -> ProcessTrace | None:
         elif ev == "bw":
             trace.backwards.append(int(rec.get("t", 0)))
             trace.work.append({k: int(rec[k]) for k in ("tokens", "rows") if k in rec})
+            if rec.get("leaf_elements"):
+                trace.leaf_elements.append(int(rec["leaf_elements"]))
             if "loss" in rec:
                 trace.losses.append((int(rec.get("step", 0)), float(rec["loss"])))
         elif ev == "grads":
@@ -249,7 +255,13 @@ def _mismatched(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) -> boo
     in a ring's last hop on a throttled box, is matched."""
     coll = {r: (_position(ranks[r], c), *c.signature()) for r, c in blocked.items()
             if not c.p2p}
-    if len(set(coll.values())) > 1:
+    # Only calls at the same place in the sequence can be told not to match: a rank behind
+    # the others (in collective k while they are in k+1) has given them its part of k, or
+    # they could not have left it; it is slow (a throttled box), not stuck.
+    at: dict[int, set[tuple[Any, ...]]] = {}
+    for key in coll.values():
+        at.setdefault(key[0], set()).add(key)
+    if any(len(keys) > 1 for keys in at.values()):
         return True
     for r, c in blocked.items():
         m = re.search(r"(src|dst)=(\d+)", c.peer) if c.p2p else None
@@ -275,7 +287,8 @@ def deadlocked(obs: Observation, now_ns: int, after_s: float,
     blocked = {r: p.open_call() for r, p in ranks.items()}
     calls = {r: c for r, c in blocked.items() if c is not None}
     if len(calls) != len(ranks):
-        return None
+        return None  # a rank outside any call runs Python: progress, however slow
+
     waited = (now_ns - max(c.t0 for c in calls.values())) / 1e9
     if waited >= after_s or (waited >= min(mismatch_s, after_s) and _mismatched(ranks, calls)):
         return waited
@@ -289,7 +302,8 @@ def _innermost_frame(stack: str) -> str:
         if "most recent call first" not in block:
             continue
         for m in re.finditer(r'File "(?P<f>[^"]+)", line (?P<l>\d+) in (?P<fn>\S+)', block):
-            if "/torch/" in m["f"] or "/observer/" in m["f"] or "threading.py" in m["f"]:
+            if "/torch/" in m["f"] or "/observer/" in m["f"] or "threading.py" in m["f"] \
+                    or "typing_extensions" in m["f"]:  # torch's deprecation wrappers
                 continue
             return f"{'/'.join(m['f'].split('/')[-2:])}:{m['l']} in {m['fn']}"
     return ""

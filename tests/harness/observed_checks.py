@@ -182,10 +182,18 @@ def steps_taken(p: ProcessTrace, steps: int) -> int:
 
 
 def params_of(run: Run) -> int | None:
-    """P as observed (the elements of the model's nn.Parameters), else as the run reports."""
+    """P as the ranks computed it (the elements their backward passes differentiated),
+    else as the run reports it (summary.json)."""
+    return params_with_source(run)[0]
+
+
+def params_with_source(run: Run) -> tuple[int | None, str]:
+    """P and where it came from, for the messages that use it."""
     obs = run.observed
-    seen = [x for p in (obs.processes if obs else []) if (x := p.param_elements())]
-    return max(seen) if seen else run.parsed.n_params
+    seen = [x for p in (obs.processes if obs else []) if (x := p.model_elements())]
+    if seen:
+        return max(seen), "the elements each rank's backward pass differentiates"
+    return run.parsed.n_params, "summary.json's n_params (no backward pass was observed)"
 
 
 ITEMSIZE = {"float64": 8, "double": 8, "int64": 8, "long": 8, "float32": 4, "float": 4,

@@ -2,7 +2,8 @@
 
 When a rank saves its checkpoint shard (`torch.save` of a dict with the contract's `master`,
 `exp_avg` and `exp_avg_sq`), those tensors hold exactly its optimizer state at that moment.
-`locate(saved)` searches every tensor storage Python can reach for the saved values and
+`locate(saved)` searches every buffer Python can reach (tensor storages, numpy arrays,
+bytearrays, array.arrays, mmaps: `_observer_buffers`) for the saved values and
 returns, per state tensor, the storages that hold them and how large each one is, whatever
 object owns them (a class, a dict, torch's Adam, one flat buffer) and whether the program
 updates in place or out of place. A moment allocated for the whole parameter vector shows
@@ -39,27 +40,46 @@ def _bits(t: Any) -> Any:
 
 
 def _storages(torch: Any) -> tuple[dict[int, Any], set[int]]:
-    """Every CPU storage Python can reach (data_ptr -> storage), and the parameters' ones."""
+    """Every CPU buffer Python can reach (address -> its int32 bit patterns, read only): each
+    tensor storage once, and the numpy arrays, bytearrays, array.arrays and mmaps that own
+    memory (`_observer_buffers`), a region inside another counted as the larger; and the
+    parameters' storages."""
     import gc
 
-    storages: dict[int, Any] = {}
+    import _observer_buffers as buffers
+
+    tensors: dict[int, Any] = {}
     params: set[int] = set()
     for obj in gc.get_objects():
         if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no __class__
             continue
         try:
-            tensors = [obj, obj.grad] if isinstance(obj, torch.nn.Parameter) else [obj]
-            for t in tensors:
+            leaf = obj.is_leaf and obj.requires_grad
+            for t in [obj, obj.grad] if leaf else [obj]:
                 if t is None or t.is_meta or t.is_sparse or t.device.type != "cpu":
                     continue
                 s = t.untyped_storage()
                 if s.nbytes() >= 4 * CHUNK:
-                    storages.setdefault(s.data_ptr(), s)
+                    tensors.setdefault(s.data_ptr(), s)
             if isinstance(obj, torch.nn.Parameter):
                 params.add(obj.untyped_storage().data_ptr())
         except (RuntimeError, NotImplementedError):
             continue
-    return storages, params
+    sizes = {ptr: s.nbytes() for ptr, s in tensors.items()}
+    others: dict[int, Any] = {}
+    for o in buffers.python_buffers():
+        where = buffers.address(o)
+        if where is not None and where[1] >= 4 * CHUNK and where[0] not in sizes:
+            others[where[0]], sizes[where[0]] = o, where[1]
+    views: dict[int, Any] = {}
+    for ptr in buffers.outermost(sizes):
+        if ptr in tensors:
+            s = tensors[ptr]
+            if s.nbytes() % 4 == 0:
+                views[ptr] = torch.empty(0, dtype=torch.int32).set_(s).numpy()  # read only
+        elif (arr := buffers.as_int32(others[ptr])) is not None:
+            views[ptr] = arr
+    return views, params
 
 
 def locate(saved: dict[str, Any]) -> dict[str, Any]:
@@ -85,10 +105,7 @@ def locate(saved: dict[str, Any]) -> dict[str, Any]:
             by_anchor.setdefault(int(whole[i, 0]), []).append((name, i))
     anchors = np.fromiter(by_anchor, dtype=np.int32, count=len(by_anchor))
     holders: dict[str, list[dict[str, Any]]] = {name: [] for name in saved}
-    for ptr, s in storages.items():
-        if s.nbytes() % 4:
-            continue
-        arr = torch.empty(0, dtype=torch.int32).set_(s).numpy()  # read only
+    for ptr, arr in storages.items():
         held: dict[str, set[int]] = {}
         for pos in np.flatnonzero(np.isin(arr, anchors)).tolist():
             for name, k in by_anchor[int(arr[pos])]:
@@ -98,7 +115,7 @@ def locate(saved: dict[str, Any]) -> dict[str, Any]:
         for name, ks in held.items():
             holders[name].append({"elements": len(arr), "pieces": len(ks),
                                   "param": ptr in params, "saved": ptr in own})
-        del arr
+    del storages
     return {name: {"numel": int(saved[name].numel()), "pieces": usable[name],
                    "holders": sorted(holders[name], key=lambda h: -h["elements"])}
             for name in saved}

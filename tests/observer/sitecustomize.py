@@ -74,6 +74,7 @@ class _Observer:
         self.first_snapshot: dict[int, tuple[Any, int]] | None = None
         self.step_data: set[int] = set()  # fingerprints sent or received since the backward
         self.pending: list[Any] = []  # weak references to receive buffers not read yet
+        self.buffers_seen: set[tuple[int, int]] = set()  # Python buffers of the last walk
         import threading
 
         self.local = threading.local()
@@ -286,7 +287,18 @@ class _Observer:
             root = args[0] if args else kwargs.get(roots)
             record = {"ev": "bw", "n": self.backwards, "step": self.steps, "t": time.time_ns()}
             try:
-                record.update(_work(root))
+                # What it differentiates with respect to: autograd.grad's inputs (or
+                # backward's `inputs=`), else every leaf the pass reaches.
+                inputs = (args[1] if len(args) > 1 else kwargs.get("inputs")) \
+                    if name == "grad" else kwargs.get("inputs")
+                if inputs is not None and not isinstance(inputs, (list, tuple)) and \
+                        not hasattr(inputs, "grad_fn"):  # a generator (model.parameters()):
+                    inputs = tuple(inputs)               # read once, handed on as a tuple
+                    if name == "grad" and len(args) > 1:
+                        args = (args[0], inputs, *args[2:])
+                    else:
+                        kwargs = {**kwargs, "inputs": inputs}
+                record.update(_work(root, inputs))
                 record.update(_loss(root))
             except Exception as e:
                 record["work_error"] = repr(e)[:200]
@@ -323,13 +335,12 @@ class _Observer:
         first point's storages still alive, whatever holds them now, and those that died
         replaced by a storage of the same size born since (state updated out of place,
         `m = b1 * m + (1 - b1) * g`, is a new tensor every step)."""
-        storages, params = self._walk()
+        storages = self._walk()
         first = self.first_snapshot
         if first is None:
             self.first_snapshot = storages
             self.emit({"ev": "mem", "at": self.backwards, "storages": len(storages),
-                       "live_bytes": sum(n for _, n in storages.values()),
-                       "param_elements": sum(params.values())})
+                       "live_bytes": sum(n for _, n in storages.values())})
             return
         from collections import Counter
 
@@ -343,10 +354,11 @@ class _Observer:
                    "persistent_storages": len(alive)})
         self.first_snapshot = None
 
-    def _walk(self) -> tuple[dict[int, tuple[Any, int]], dict[int, int]]:
-        """Every tensor storage Python can reach (data_ptr -> weak reference, bytes; each
-        storage once: views are not counted twice; parameters' .grad included), and the
-        parameters' element counts."""
+    def _walk(self) -> dict[int, tuple[Any, int]]:
+        """Every buffer Python can reach (address -> something with `expired()`, bytes): each
+        tensor storage once (views are not counted twice; leaves' .grad included), and the
+        numpy arrays, bytearrays, array.arrays and mmaps that own memory; a region inside
+        another (a tensor from a slice of a numpy array) counts once, as the larger."""
         import gc
         import time
 
@@ -358,7 +370,6 @@ class _Observer:
         # lets go of its work object: give it that moment, or a buffer counts as held.
         time.sleep(0.01)
         storages: dict[int, tuple[Any, int]] = {}
-        params: dict[int, int] = {}
 
         def add(t: object) -> None:
             if not isinstance(t, torch.Tensor) or t.is_meta or t.is_sparse:
@@ -371,14 +382,87 @@ class _Observer:
             if issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no __class__
                 try:
                     add(obj)
-                    if isinstance(obj, torch.nn.Parameter):
-                        params[id(obj)] = obj.numel()
+                    if obj.is_leaf and obj.requires_grad:
                         add(obj.grad)  # a gradient may have no Python object of its own
                 except (RuntimeError, NotImplementedError):
                     continue
-        return storages, params
+        try:
+            import _observer_buffers as buffers
 
-    # -- a rank's exception, where its launcher keeps it from stderr ---------------------------
+            live = self.buffers_seen  # one set, refilled by each walk: what a bytearray
+            live.clear()              # of an earlier walk is checked against
+            for o in buffers.python_buffers():
+                where = buffers.address(o)
+                if where is not None and where[0] not in storages:
+                    storages[where[0]] = (_Held(o, where, live), where[1])
+                    live.add(where)
+            keep = buffers.outermost({a: n for a, (_, n) in storages.items()})
+            storages = {a: v for a, v in storages.items() if a in keep}
+        except Exception as e:  # never let the observer break the run
+            self.emit({"ev": "mem", "error": f"python buffers: {e!r}"[:200]})
+        return storages
+
+    # -- a rank's exception, wherever a Python rank can end ------------------------------------
+    def record_raise(self, exc: BaseException, via: str) -> None:
+        """An exception that ends a rank (or its thread), with its time: the cause of a crash
+        is read from these, not from stderr, where launchers interleave their ranks'
+        tracebacks and multiprocessing prints its "Process ForkProcess-1:" headers."""
+        if isinstance(exc, SystemExit) or getattr(exc, "_observer_told", False):
+            return
+        import time
+        import traceback
+
+        with contextlib.suppress(Exception):
+            exc._observer_told = True  # type: ignore[attr-defined]  # told once
+        with contextlib.suppress(Exception):
+            self.emit({"ev": "raise", "rank": self.rank, "t": time.time_ns(), "via": via,
+                       "text": "".join(traceback.format_exception(
+                           type(exc), exc, exc.__traceback__))[-6000:]})
+
+    def patch_process(self, mod: Any) -> None:
+        """multiprocessing's Process, in the fork, spawn and forkserver contexts: its
+        bootstrap prints a failed run()'s traceback under a header; record it first."""
+        import functools
+
+        base = getattr(mod, "BaseProcess", None)
+        real = getattr(base, "_bootstrap", None)
+        if base is None or not callable(real):
+            return
+        observer = self
+
+        @functools.wraps(real)
+        def _bootstrap(process: Any, *args: Any, **kwargs: Any) -> Any:
+            run = process.run
+
+            def recorded() -> Any:
+                try:
+                    return run()
+                except BaseException as e:
+                    observer.record_raise(e, "multiprocessing")
+                    raise
+            with contextlib.suppress(AttributeError, TypeError):
+                process.run = recorded
+            return real(process, *args, **kwargs)
+        base._bootstrap = _bootstrap
+
+    def patch_hooks(self) -> None:
+        """A rank that is the process's main program (subprocess and torchrun children, a
+        plain script) ends through sys.excepthook; a thread (a checkpoint writer) through
+        threading.excepthook."""
+        import threading
+
+        real_sys, real_thread = sys.excepthook, threading.excepthook
+
+        def excepthook(kind: Any, value: Any, tb: Any) -> None:
+            self.record_raise(value, "main")
+            real_sys(kind, value, tb)
+
+        def thread_hook(args: Any) -> None:
+            if args.exc_value is not None:
+                self.record_raise(args.exc_value, "thread")
+            real_thread(args)
+        sys.excepthook, threading.excepthook = excepthook, thread_hook
+
     def patch_spawn(self, mod: Any) -> None:
         """mp.spawn's children hand their traceback to the parent, which re-raises only the
         first it notices (often a peer that lost the collective, not the cause): each
@@ -394,12 +478,8 @@ class _Observer:
             def recorded(*a: Any) -> Any:
                 try:
                     return fn(*a)
-                except Exception:
-                    import time
-                    import traceback
-
-                    self.emit({"ev": "raise", "rank": self.rank, "index": i,
-                               "t": time.time_ns(), "text": traceback.format_exc()[-6000:]})
+                except Exception as e:
+                    self.record_raise(e, "mp.spawn")
                     raise
             return real(recorded, i, args, error_file)
         mod._wrap = _wrap
@@ -443,6 +523,24 @@ class _Observer:
                     self.emit({"ev": "state", "error": repr(e)[:200]})
             return result
         torch.save = torch.serialization.save = observed
+
+
+class _Held:
+    """A Python buffer's liveness, as a storage's StorageWeakRef tells it: by weak reference
+    where the type allows one (numpy, array, mmap), else (a bytearray) by the same address
+    and size being found by the walk that asks."""
+
+    def __init__(self, o: Any, where: tuple[int, int], live: set[tuple[int, int]]) -> None:
+        import weakref
+
+        try:
+            self.ref: Any = weakref.ref(o)
+        except TypeError:
+            self.ref = None
+        self.where, self.live = where, live
+
+    def expired(self) -> bool:
+        return self.ref() is None if self.ref is not None else self.where not in self.live
 
 
 def _tensors(value: object) -> list[Any]:
@@ -532,10 +630,15 @@ def _chunks(t: Any, splits: Any) -> list[Any]:
     return list(t.split(sizes)) if sum(sizes) == t.size(0) else []
 
 
-def _work(roots: Any) -> dict[str, int]:
+def _work(roots: Any, inputs: Any = None) -> dict[str, int]:
     """The tokens this backward's forward consumed: the largest integer index tensor in its
-    autograd graph (embedding lookups' indices, the loss's targets), and its rows."""
+    autograd graph (embedding lookups' indices, the loss's targets), and its rows; and the
+    elements of what it differentiates: `inputs` where given, else the leaves the pass
+    reaches (autograd's AccumulateGrad nodes), each once. That is the model's P however the
+    program holds its parameters: a flat shard kept as an nn.Parameter that no backward
+    reaches is not counted, a dict of plain tensors is."""
     tokens, rows = 0, 0
+    leaves: dict[int, int] = {id(t): t.numel() for t in _tensors(inputs)}
     stack = [t.grad_fn for t in _tensors(roots) if t.grad_fn is not None]
     seen: set[int] = set()
     while stack:
@@ -543,6 +646,10 @@ def _work(roots: Any) -> dict[str, int]:
         if fn is None or id(fn) in seen:
             continue
         seen.add(id(fn))
+        if inputs is None and type(fn).__name__ == "AccumulateGrad":
+            leaf = getattr(fn, "variable", None)
+            if leaf is not None:
+                leaves[id(leaf)] = leaf.numel()
         if type(fn).__name__.startswith(_INDEX_NODES):
             for field in _INDEX_FIELDS:
                 for idx in _tensors(getattr(fn, field, None)):
@@ -551,7 +658,8 @@ def _work(roots: Any) -> dict[str, int]:
                     if idx.numel() > tokens or idx.dim() > 1:
                         tokens, rows = idx.numel(), idx.size(0) if idx.dim() > 1 else rows
         stack += [nxt for nxt, _ in fn.next_functions]
-    return {"tokens": tokens, "rows": rows} if tokens else {}
+    return {**({"tokens": tokens, "rows": rows} if tokens else {}),
+            **({"leaf_elements": sum(leaves.values())} if leaves else {})}
 
 
 def _loss(root: Any) -> dict[str, float]:
@@ -624,6 +732,7 @@ class _Hook:
         self.targets = {"torch.distributed.distributed_c10d": observer.patch_c10d,
                         "torch.autograd": observer.patch_autograd,
                         "torch.multiprocessing.spawn": observer.patch_spawn,
+                        "multiprocessing.process": observer.patch_process,
                         "torch": _imported_torch}
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
@@ -653,6 +762,7 @@ def _install(directory: str) -> _Observer:
 
     observer = _Observer(directory)
     sys.meta_path.insert(0, _Hook(observer))
+    observer.patch_hooks()
     atexit.register(observer.dump_flight_recorder)
     real_exit = os._exit
 

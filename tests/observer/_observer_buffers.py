@@ -1,0 +1,104 @@
+"""Every buffer of memory a process's Python can reach, not only torch's storages (loaded by
+the observer).
+
+A program may keep its optimizer state where torch does not see it: numpy arrays (with
+`torch.from_numpy` views of a slice), a `bytearray`, an `array.array`, an `mmap`. Each such
+buffer is counted by the object that owns its memory (a numpy array whose `owndata` flag is
+set; a view of it, or a numpy array over a tensor, is its owner's memory), with its owner's
+size, and a region inside another (a tensor made from a slice of a numpy array) is counted
+once, as part of the larger.
+
+numpy arrays and bytearrays are not tracked by Python's collector, so they are found as the
+referents of what it tracks and of every thread's frame locals. Nothing here keeps a buffer
+alive beyond the call; nothing is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def python_buffers() -> list[Any]:
+    """The numpy arrays that own their memory, bytearrays, array.arrays and open mmaps that
+    the process can reach."""
+    import array
+    import gc
+    import mmap
+    import sys
+
+    np = sys.modules.get("numpy")  # a program that never imported numpy holds no array
+    ndarray = np.ndarray if np is not None else ()
+    found: dict[int, Any] = {}
+
+    def consider(o: Any) -> None:
+        t = type(o)
+        if t in (bytearray, array.array, mmap.mmap) or (
+                ndarray and issubclass(t, ndarray) and o.flags.owndata and o.nbytes):
+            found[id(o)] = o
+
+    tracked = gc.get_objects()
+    frames = []
+    for top in sys._current_frames().values():  # locals of running functions
+        frame: Any = top
+        while frame is not None:
+            frames.append(frame.f_locals)
+            frame = frame.f_back
+    for o in tracked:
+        consider(o)
+    for o in gc.get_referents(*tracked, *frames):
+        consider(o)
+    del tracked, frames
+    return list(found.values())
+
+
+def address(o: Any) -> tuple[int, int] | None:
+    """(address, bytes) of a buffer's memory; None for an empty or closed one."""
+    import sys
+
+    np = sys.modules.get("numpy")
+    try:
+        if np is not None and isinstance(o, np.ndarray):
+            return (int(o.__array_interface__["data"][0]), int(o.nbytes)) if o.nbytes else None
+        if np is None or not len(o):
+            return None
+        view = np.frombuffer(o, dtype=np.uint8)
+        where = (int(view.__array_interface__["data"][0]), int(view.nbytes))
+        del view  # a bytearray cannot resize while exported
+        return where
+    except (ValueError, TypeError, BufferError):
+        return None
+
+
+def as_int32(o: Any) -> Any:
+    """A read-only int32 numpy view of a buffer's whole memory (its bit patterns), or None."""
+    import numpy as np
+
+    try:
+        if isinstance(o, np.ndarray):
+            flat = o.reshape(-1, order="A").view(np.uint8) if (
+                o.flags.c_contiguous or o.flags.f_contiguous) else None
+            if flat is None:
+                return None
+            out = flat[:len(flat) // 4 * 4].view(np.int32)
+        else:
+            with memoryview(o) as mv:
+                nbytes = mv.nbytes
+            out = np.frombuffer(o, dtype=np.int32, count=nbytes // 4)
+        out = out.view()
+        out.flags.writeable = False
+        return out
+    except (ValueError, TypeError, BufferError):
+        return None
+
+
+def outermost(regions: dict[int, int]) -> set[int]:
+    """Of regions (address -> bytes), the addresses of those not inside another: memory
+    counted once, by the largest region that holds it."""
+    kept: set[int] = set()
+    end = -1
+    for start, size in sorted(regions.items(), key=lambda kv: (kv[0], -kv[1])):
+        if start + size <= end:
+            continue  # inside the region kept before it
+        kept.add(start)
+        end = max(end, start + size)
+    return kept
