@@ -7,6 +7,7 @@ run on purpose gains nothing."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -69,3 +70,22 @@ def test_a_crash_is_told_by_its_exception_rank_and_line(tmp_path, reference_only
             assert " run not started: not checked: the base run did not finish" in out, \
                 (name, out)
     assert "guard never fired" not in "\n".join(failed.values())
+
+
+def test_ranks_that_raise_the_same_open_the_feedback_with_one_cause(tmp_path, reference_only):
+    """tests/hostile/same_error.py: four fork-context Process ranks raise the same KeyError;
+    their tracebacks and multiprocessing's "Process ForkProcess-N:" headers interleave on
+    stderr. The feedback opens with the one cause, once, for ranks 0-3."""
+    from tests.harness.class_report import feedback
+
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    shutil.copy(ROOT / "tests" / "hostile" / "same_error.py", sub / "main.py")
+    results = grade(sub, tmp_path / "results.json",
+                    Grading(entry=f"{sys.executable} main.py").resolved())
+    page = feedback("student", results)
+    cause = "ranks 0-3 raised KeyError: 'betas' at sub/main.py:20"
+    went = page.split("## What went wrong", 1)[1].split("\n## ", 1)[0]
+    assert cause in went, went
+    assert page.split("## What went wrong", 1)[0].count(cause) == 0, page  # told once, there
+    assert "ForkProcess" not in page and "ForkProcess" not in json.dumps(results)

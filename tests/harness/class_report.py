@@ -10,68 +10,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tests.harness.grading import LIKELY, NOT_CHECKED, NOT_GRADED, WEIGHTS, graded_name
+from tests.harness.grading import (
+    NOT_GRADED,
+    WEIGHTS,
+    WENT_WRONG,
+    graded_name,
+    per_invariant,
+    read_order,
+    root_causes,
+)
 from tests.harness.pictures import render
 from tests.harness.roster import Student
 
 INVARIANTS = tuple(WEIGHTS)
-# The order a student should read failures in: how the run ended and what the ranks did first
-# (later failures are often their consequences), then the numbers.
-ROOT_CAUSE_ORDER = ("no_deadlock", "communication", "equal_rank_norms", "single_process_parity",
-                    "monotonic_loss", "zero1_memory", "byte_exact_resume", "rollback")
-
-
-def _order(name: str) -> int:
-    return ROOT_CAUSE_ORDER.index(name) if name in ROOT_CAUSE_ORDER else len(ROOT_CAUSE_ORDER)
-
-
-def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """invariant -> {"score", "max_score", "passed", "first", "likely", "not_graded"} from a
-    results.json ("not_graded": why the grading machine could not grade it, else "")."""
-    out: dict[str, dict[str, Any]] = {}
-    for t in results.get("tests", []):
-        if not t.get("max_score"):
-            continue  # not graded (skipped)
-        name = graded_name(t["name"]) or t["name"]
-        row = out.setdefault(name, {"score": 0.0, "max_score": 0.0, "passed": True,
-                                    "first": "", "likely": [], "not_graded": "",
-                                    "consequence": True})
-        row["score"] += t.get("score", 0.0)
-        row["max_score"] += t.get("max_score", 0.0)
-        if str(t.get("output", "")).startswith(NOT_GRADED):
-            row["not_graded"] = row["not_graded"] or str(t["output"]).removeprefix(NOT_GRADED)
-        elif t.get("status") != "passed":
-            lines = str(t.get("output", "")).splitlines()
-            if row["passed"] or (row["consequence"] and not _unchecked(lines)):
-                row["first"] = lines[0] if lines else ""  # a finding before a consequence
-            row["consequence"] = row["consequence"] and _unchecked(lines)
-            row["passed"] = False
-            for line in lines[1:]:
-                cause = line.removeprefix(LIKELY)
-                if line.startswith(LIKELY) and cause not in row["likely"]:
-                    row["likely"].append(cause)
-    return out
-
-
-def _unchecked(lines: list[str]) -> bool:
-    """A failed test's output that says its run never got there (the cause is elsewhere)."""
-    return bool(lines) and NOT_CHECKED in lines[0]
-
-
-def root_causes(results: dict[str, Any]) -> list[str]:
-    """What went wrong, each distinct cause once, in the order a student should read them:
-    per failed invariant that was really checked, its most likely cause (or its first
-    violation); the invariants that could not be checked add nothing."""
-    inv = per_invariant(results)
-    causes: list[str] = []
-    for name in sorted(inv, key=_order):
-        row = inv[name]
-        if row["passed"] or row["consequence"]:
-            continue
-        cause = row["likely"][0] if row["likely"] else f"{name}: {row['first']}"
-        if cause not in causes:
-            causes.append(cause)
-    return causes
 
 
 def _points(x: float) -> str:
@@ -92,7 +43,7 @@ def write_csv(path: Path, grades: dict[str, dict[str, Any]],
                 for s in who.get(name, (Student(name),))]
         for person, name, results in sorted(rows, key=lambda r: (r[0].name, r[1])):
             inv = per_invariant(results)
-            failed = [(k, v) for k in sorted(INVARIANTS, key=_order)
+            failed = [(k, v) for k in sorted(INVARIANTS, key=read_order)
                       if (v := inv.get(k)) and not v["passed"]]
             first = f"{failed[0][0]}: {failed[0][1]['first']}" if failed else ""
             spoiled = " ".join(k for k in INVARIANTS if inv.get(k, {}).get("not_graded"))
@@ -108,15 +59,18 @@ def feedback(student: str, results: dict[str, Any], pictures: dict[str, str] | N
     the timelines of its runs (paths relative to the feedback file)."""
     inv = per_invariant(results)
     pictures, timelines = pictures or {}, timelines or {}
-    lines = [f"# {student}: {results.get('score', 0):.4g} / 100", "",
-             str(results.get("output", "")), ""]
+    output = str(results.get("output", ""))
+    if WENT_WRONG in output:  # the Gradescope text's own list: told once, below, on the page
+        head, _, rest = output.partition(WENT_WRONG)
+        output = head + rest.partition("\n\n")[2]
+    lines = [f"# {student}: {results.get('score', 0):.4g} / 100", "", output, ""]
     causes = root_causes(results)
     if causes:  # the cause first, once: students fix the first thing they read
         lines += ["## What went wrong", ""]
         lines += [f"{i}. {cause}" for i, cause in enumerate(causes, 1)]
         lines.append("")
     for name in sorted(inv, key=lambda k: (inv[k]["passed"], inv[k]["consequence"],
-                                           _order(k))):
+                                           read_order(k))):
         row = inv[name]
         if row["not_graded"] and row["passed"]:
             lines += [f"## {name}: NOT GRADED", "", f"{NOT_GRADED}{row['not_graded']}", ""]

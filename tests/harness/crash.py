@@ -31,12 +31,21 @@ _LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen", "/t
             "/observer/")
 
 
+# multiprocessing's bootstrap prints "Process ForkProcess-1:" before a failed rank's
+# traceback; ranks failing together interleave these headers with each other's lines. A
+# header is never an exception: it is left out before a traceback is read.
+_HEADER = re.compile(r"^Process [\w.-]+:\s*$")
+
+
 def _lines(text: str) -> list[tuple[int | None, str]]:
-    """(rank from a torchrun-style prefix, line without it)."""
+    """(rank from a torchrun-style prefix, line without it); multiprocessing's headers left
+    out."""
     out: list[tuple[int | None, str]] = []
     for line in text.splitlines():
         m = _PREFIX.match(line)
-        out.append((int(m.group(1)), line[m.end():]) if m else (None, line))
+        rank, rest = (int(m.group(1)), line[m.end():]) if m else (None, line)
+        if not _HEADER.match(rest):
+            out.append((rank, rest))
     return out
 
 
@@ -115,18 +124,53 @@ def _rank_before(lines: list[tuple[int | None, str]], at: int) -> int | None:
     return None
 
 
+def _ranks(ranks: list[int]) -> str:
+    ranks = sorted(set(ranks))
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ",".join(map(str, ranks))
+
+
+def killed_by_suite(nemesis: dict[str, Any]) -> Crash:
+    """The suite's own kill of a rank, told as the suite's doing."""
+    rank, step = nemesis.get("rank"), nemesis.get("step")
+    where = (f"inside torch.save of its shard of checkpoint {step}"
+             if nemesis.get("kind") == "killsave" else f"as step {step} started")
+    return Crash(f"rank {rank} was killed by the suite {where} (the fault under test, not "
+                 "the program's error)")
+
+
 def first_exception_of(stderr: Path, raised: list[dict[str, Any]] | None = None,
+                       killed: dict[str, Any] | None = None,
                        limit: int = 2_000_000) -> Crash:
-    """The run's first exception: the earliest a rank's observer recorded (`raised`, where a
-    launcher keeps them from stderr), else the first traceback of the stderr file."""
+    """The run's cause of failure, told once: the suite's kill of a rank (`killed`, the
+    nemesis's record) where nothing was raised before it; else the earliest exception a
+    rank's observer recorded (`raised`) that is not a consequence of a peer's death, with
+    every rank that raised the same at the same line ("ranks 0-3 raised KeyError ..."); else
+    the first traceback of the stderr file."""
     # A rank whose peer died fails too, sometimes before the cause is recorded (the dying
     # rank closes its connections while it unwinds): those are consequences, told last.
-    ordered = sorted(raised or [], key=lambda r: (any(w in str(r.get("text", ""))
-                                                      for w in LOST_PEER), int(r.get("t", 0))))
-    for rec in ordered:
-        found = _first(str(rec.get("text", "")), rec.get("rank"))
-        if found.said:
-            return found
+    told = [(rec, _first(str(rec.get("text", "")), rec.get("rank"))) for rec in raised or []]
+    told = [(rec, c) for rec, c in told if c.said]
+    causes = sorted(((rec, c) for rec, c in told
+                     if not any(w in str(rec.get("text", "")) for w in LOST_PEER)),
+                    key=lambda rc: int(rc[0].get("t", 0)))
+    if killed is not None and (not causes or int(causes[0][0].get("t", 0)) >
+                               int(killed.get("t", 0))):
+        return killed_by_suite(killed)  # what the other ranks raised after it follows from it
+    ordered = causes or sorted(told, key=lambda rc: int(rc[0].get("t", 0)))
+    if ordered:
+        first = ordered[0][1]
+        what = first.said.split(" raised ", 1)[-1]
+        ranks = [rec["rank"] for rec, c in ordered if isinstance(rec.get("rank"), int)
+                 and c.said.split(" raised ", 1)[-1] == what]
+        if len(set(ranks)) > 1:
+            return Crash(f"{_ranks(ranks)} raised {what}", first.file, first.line)
+        return first
+    if killed is not None:
+        return killed_by_suite(killed)
     try:
         with open(stderr, "rb") as f:
             return _first(f.read(limit).decode("utf-8", "replace"))

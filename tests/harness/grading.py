@@ -156,13 +156,74 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                                            if "picture" in o and n in collected},
                               **(extra or {})},
                "tests": tests}
-    from tests.harness.class_report import root_causes  # it reads this module's names
-
     causes = root_causes(results)
     if causes:  # Gradescope shows this text first: the cause once, before the invariants
-        went = "What went wrong:\n" + "\n".join(
+        went = WENT_WRONG + "\n".join(
             f"{i}. {one_line(c, 400)}" for i, c in enumerate(causes, 1)) + "\n\n"
         out = str(results["output"])
         results["output"] = out[:len(banner)] + went + out[len(banner):]  # the banner first
     path.write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+WENT_WRONG = "What went wrong:\n"  # opens the text of a failed grading
+# The order a student should read failures in: how the run ended and what the ranks did first
+# (later failures are often their consequences), then the numbers.
+ROOT_CAUSE_ORDER = ("no_deadlock", "communication", "equal_rank_norms",
+                    "single_process_parity",
+                    "monotonic_loss", "zero1_memory", "byte_exact_resume", "rollback")
+
+
+def read_order(name: str) -> int:
+    return ROOT_CAUSE_ORDER.index(name) if name in ROOT_CAUSE_ORDER else len(ROOT_CAUSE_ORDER)
+
+
+def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """invariant -> {"score", "max_score", "passed", "first", "likely", "not_graded"} from a
+    results.json ("not_graded": why the grading machine could not grade it, else "")."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in results.get("tests", []):
+        if not t.get("max_score"):
+            continue  # not graded (skipped)
+        name = graded_name(t["name"]) or t["name"]
+        row = out.setdefault(name, {"score": 0.0, "max_score": 0.0, "passed": True,
+                                    "first": "", "likely": [], "not_graded": "",
+                                    "consequence": True})
+        row["score"] += t.get("score", 0.0)
+        row["max_score"] += t.get("max_score", 0.0)
+        if str(t.get("output", "")).startswith(NOT_GRADED):
+            row["not_graded"] = row["not_graded"] or str(t["output"]).removeprefix(NOT_GRADED)
+        elif t.get("status") != "passed":
+            lines = str(t.get("output", "")).splitlines()
+            if row["passed"] or (row["consequence"] and not _unchecked(lines)):
+                row["first"] = lines[0] if lines else ""  # a finding before a consequence
+            row["consequence"] = row["consequence"] and _unchecked(lines)
+            row["passed"] = False
+            for line in lines[1:]:
+                cause = line.removeprefix(LIKELY)
+                if line.startswith(LIKELY) and cause not in row["likely"]:
+                    row["likely"].append(cause)
+    return out
+
+
+def _unchecked(lines: list[str]) -> bool:
+    """A failed test's output that says its run never got there (the cause is elsewhere)."""
+    return bool(lines) and NOT_CHECKED in lines[0]
+
+
+def root_causes(results: dict[str, Any]) -> list[str]:
+    """What went wrong, each distinct cause once, in the order a student should read them:
+    per failed invariant that was really checked, its most likely cause (or its first
+    violation); the invariants that could not be checked add nothing."""
+    inv = per_invariant(results)
+    causes: list[str] = []
+    for name in sorted(inv, key=read_order):
+        row = inv[name]
+        if row["passed"] or row["consequence"]:
+            continue
+        cause = row["likely"][0] if row["likely"] else f"{name}: {row['first']}"
+        if cause not in causes:
+            causes.append(cause)
+    return causes
+
+

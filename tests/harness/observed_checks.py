@@ -263,7 +263,7 @@ def check_zero_traffic(run: Run) -> list[Violation]:
     obs, out = observation_of(run, INV)
     if obs is None or run.world_size == 1:
         return out
-    P = params_of(run)
+    P, source = params_with_source(run)
     if P is None:
         return [*out, Violation(INV, None, None, "P", "unknown",
                                 "no parameters observed and no summary.json")]
@@ -279,7 +279,8 @@ def check_zero_traffic(run: Run) -> list[Violation]:
             why = _diagnosis(by_site, reduced.get(r, {}), n, P)
             out.append(Violation(INV, r, None,
                                  f"<= 2(N-1)/N·P = {2 * (n - 1) / n * P:,.0f} elements sent "
-                                 "per step", f"{total:,.0f}", f"{why}; per step: {breakdown}"))
+                                 "per step", f"{total:,.0f}",
+                                 f"{why}; per step: {breakdown} (P = {P:,}: {source})"))
     return out
 
 

@@ -333,13 +333,21 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                     _outlived_kill(obs, watch.after_kill_s):
                 deadline = now  # a run that outlives its killed rank is not waited for
             if stuck is not None or now >= deadline:
-                timed_out, deadlock_s = stuck is None, stuck
-                alive = [p for p in processes_with_token(token) if p not in wrappers] \
-                    or [proc.pid]
                 if obs is not None and observe_dir is not None:
                     _signal_stacks([p.pid for p in obs.processes], proc.pid, observe_dir)
                     obs = load_observation(observe_dir)
                     blocked, dumps = where_blocked(obs), stacks(obs)
+                    if stuck is not None and now < deadline and not all(
+                            p.open_call() for p in obs.ranks().values()):
+                        # A rank left its call while the stacks were taken: it was slow (a
+                        # starved box), not blocked. Watch on; never call it a deadlock.
+                        blocked = dumps = ""
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            proc.wait(min(watch.poll_s, max(0.0, deadline - now)))
+                        continue
+                timed_out, deadlock_s = stuck is None, stuck
+                alive = [p for p in processes_with_token(token) if p not in wrappers] \
+                    or [proc.pid]
                 break
             with contextlib.suppress(subprocess.TimeoutExpired):  # back as soon as it ends
                 proc.wait(min(watch.poll_s, max(0.0, deadline - now)))
@@ -368,9 +376,11 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         with contextlib.suppress(ValueError, OSError):
             sandbox = json.loads(report.read_text())
             survivors += [s["pid"] for s in sandbox.get("survivors", [])]
+    kills = [p.nemesis for p in seen.processes if p.nemesis and str(
+        p.nemesis.get("kind", "")).startswith("kill")] if seen is not None else []
     crashed = crash.first_exception_of(
         stderr_path, [p.raised for p in seen.processes if p.raised] if seen is not None
-        else None) if proc.returncode != 0 else crash.Crash()
+        else None, kills[0] if kills else None) if proc.returncode != 0 else crash.Crash()
     return Outcome(list(argv), str(out), None if stopped else proc.returncode, timed_out, wall,
                    _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
                    deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox,

@@ -23,7 +23,7 @@ from tests.harness.observed_checks import (
     INV,
     missing_ranks,
     observation_of,
-    params_of,
+    params_with_source,
     reduced_per_step,
 )
 from tests.harness.violations import Violation
@@ -90,7 +90,7 @@ def check_reduced(run: Run) -> list[Violation]:
     if obs is None or run.world_size == 1:
         return out
     out += missing_ranks(run, obs, "measure")
-    P = params_of(run)
+    P, source = params_with_source(run)
     if P is None:  # nothing to measure against: reported, never passed vacuously
         return [*out, Violation(INV, None, None, "P", "unknown",
                                 "no parameters observed and no summary.json")]
@@ -109,7 +109,7 @@ def check_reduced(run: Run) -> list[Violation]:
                    + (f"; seen: {seen}" if seen else ""))
         else:
             why = (f"only {total / need:.0%} of the gradient is reduced across ranks"
-                   + (f" ({seen})" if seen else ""))
+                   + (f" ({seen})" if seen else "") + f"; P = {P:,}: {source}")
         out.append(Violation(INV, r, None,
                              f">= (N-1)/N·P = {need:,.0f} gradient elements reduced per step",
                              f"{total:,.0f}", why))

@@ -1,0 +1,304 @@
+"""What the programs of the style corpus share: the lesson's MiniGPT as an `nn.Module`, the
+contract's flags, data and files, and a ZeRO-1 training loop whose parts a style replaces.
+
+Each style (a file beside this one) is a correct run contract v1 written the way part of the
+ecosystem writes it, and differs from the reference in what the suite infers from: how the
+ranks start (mp.spawn, multiprocessing.Process, subprocesses, torchrun), how the shard is held
+and stepped (a flat `nn.Parameter` under `torch.optim.Adam`, a `torch.optim.Optimizer` of its
+own), how the gradient is computed (`.backward()` or `torch.autograd.grad`), and who writes
+the checkpoint (the loop, or a background thread). The suite never imports any of it: it runs
+each file as a command, as it runs a student's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+V, T, C, H, L = 64, 16, 32, 4, 2  # vocabulary, context, width, heads, blocks
+LR = 0.01
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.fc, self.out = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (b, t, C) -> (b, t, C)
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=-1)
+        q, k, v = (z.view(b, t, H, C // H).transpose(1, 2) for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, C))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class MiniGPT(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+        self.blocks = nn.ModuleList(Block() for _ in range(L))
+        self.lnf, self.head = nn.LayerNorm(C), nn.Linear(C, V, bias=False)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))  # (b, t, C)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.lnf(x))  # (b, t, V)
+        return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    for flag, default in (("--world-size", 4), ("--steps", 20), ("--seed", 0),
+                          ("--batch-size", 4), ("--checkpoint-every", 10)):
+        ap.add_argument(flag, type=int, default=default)
+    ap.add_argument("--resume")
+    ap.add_argument("--inject")
+    a = ap.parse_args(argv)
+    (a.out / "metrics").mkdir(parents=True, exist_ok=True)
+    (a.out / "checkpoints").mkdir(exist_ok=True)
+    return a
+
+
+def rows(seed: int, n: int, b: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's B rows of the global batch of N*B (a function of seed and N*B)."""
+    g = torch.Generator().manual_seed(seed)
+    first = torch.randint(0, V, (n * b, 1), generator=g)
+    stride = torch.randint(1, 4, (n * b, 1), generator=g)
+    data = (first + stride * torch.arange(T + 1)) % V
+    mine = data[rank * b:(rank + 1) * b]
+    return mine[:, :-1], mine[:, 1:]
+
+
+@dataclass
+class Style:
+    """The parts a style replaces; the defaults are the plainest way."""
+
+    shard: type[ShardOpt] | None = None  # how the shard is held and stepped (AdamShard)
+    use_grad: bool = False  # torch.autograd.grad instead of .backward()
+    thread_save: bool = False  # a background thread writes the checkpoint
+    reduce_fraction: float = 1.0  # a mistake: reduce only this much of the gradient
+
+
+class ShardOpt:
+    """How a rank holds and steps its shard (the style decides)."""
+
+    def __init__(self, master: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def step(self, grad: torch.Tensor, lr: float) -> torch.Tensor:
+        """Update the slice from its reduced gradient; the new master values."""
+        raise NotImplementedError
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """master, exp_avg and exp_avg_sq as the rank holds them."""
+        raise NotImplementedError
+
+    def load(self, state: dict[str, torch.Tensor], step: int) -> None:
+        raise NotImplementedError
+
+    def steps(self) -> int:
+        raise NotImplementedError
+
+
+class AdamShard(ShardOpt):
+    """The flat shard as an `nn.Parameter` stepped by torch's Adam, as torch's
+    ZeroRedundancyOptimizer and FSDP hold theirs: a Parameter no backward reaches."""
+
+    def __init__(self, master: torch.Tensor) -> None:
+        self.p = nn.Parameter(master.clone())
+        self.opt = torch.optim.Adam([self.p], lr=LR)
+
+    def step(self, grad: torch.Tensor, lr: float) -> torch.Tensor:
+        self.p.grad = grad
+        self.opt.param_groups[0]["lr"] = lr
+        self.opt.step()
+        return self.p.detach()
+
+    def state(self) -> dict[str, torch.Tensor]:
+        st = self.opt.state.get(self.p) or {"exp_avg": torch.zeros_like(self.p),
+                                            "exp_avg_sq": torch.zeros_like(self.p)}
+        return {"master": self.p.detach(), "exp_avg": st["exp_avg"],
+                "exp_avg_sq": st["exp_avg_sq"]}
+
+    def load(self, state: dict[str, torch.Tensor], step: int) -> None:
+        with torch.no_grad():
+            self.p.copy_(state["master"])
+        self.opt.state[self.p] = {"step": torch.tensor(float(step)),
+                                  "exp_avg": state["exp_avg"].clone(),
+                                  "exp_avg_sq": state["exp_avg_sq"].clone()}
+
+    def steps(self) -> int:
+        st = self.opt.state.get(self.p)
+        return int(st["step"]) if st else 0
+
+
+class Saver:
+    """A checkpoint in two halves: `begin` writes this rank's shard under a temporary
+    directory (on a background thread, in the `thread_save` style, as asynchronous
+    checkpointing does), `publish` waits for every rank's shard, writes the manifest and
+    renames the directory: a `step-*` exists only complete. Collectives stay on the loop's
+    thread."""
+
+    def __init__(self, out: Path, rank: int, n: int, P: int, threaded: bool) -> None:
+        self.out, self.rank, self.n, self.P, self.threaded = out, rank, n, P, threaded
+        self.pending: tuple[int, Path] | None = None
+        self.writer: threading.Thread | None = None
+
+    def begin(self, step: int, shard: dict[str, object]) -> None:
+        self.publish()
+        tmp = self.out / "checkpoints" / f".step-{step:06d}"
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        dist.barrier()
+        self.pending = (step, tmp)
+        if self.threaded:
+            self.writer = threading.Thread(target=torch.save,
+                                           args=(shard, tmp / f"rank-{self.rank}.pt"))
+            self.writer.start()
+        else:
+            torch.save(shard, tmp / f"rank-{self.rank}.pt")
+
+    def publish(self) -> None:
+        if self.pending is None:
+            return
+        if self.writer is not None:
+            self.writer.join()
+            self.writer = None
+        (step, tmp), self.pending = self.pending, None
+        dist.barrier()
+        if self.rank == 0:
+            shards = [{"rank": r, "file": f"rank-{r}.pt",
+                       "sha256": hashlib.sha256((tmp / f"rank-{r}.pt").read_bytes())
+                       .hexdigest(), "bytes": (tmp / f"rank-{r}.pt").stat().st_size}
+                      for r in range(self.n)]
+            (tmp / "manifest.json").write_text(json.dumps(
+                {"contract": 1, "step": step, "world_size": self.n, "n_params": self.P,
+                 "shards": shards}))
+            tmp.rename(self.out / "checkpoints" / f"step-{step:06d}")
+        dist.barrier()
+
+
+def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
+    """One rank of ZeRO-1 (the process group is already up)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(a.seed)
+    model = MiniGPT()
+    params = list(model.parameters())
+    P = sum(p.numel() for p in params)
+    S = math.ceil(P / n)
+    flat = torch.zeros(S * n)
+
+    def to_model() -> None:
+        with torch.no_grad():
+            torch.nn.utils.vector_to_parameters(flat[:P], params)
+
+    with torch.no_grad():
+        flat[:P] = torch.nn.utils.parameters_to_vector(params)
+    dist.broadcast(flat, src=0)
+    shard = (style.shard or AdamShard)(flat[rank * S:(rank + 1) * S])
+    start = 0
+    if a.resume:
+        start = json.loads((Path(a.resume) / "manifest.json").read_text())["step"]
+        saved = torch.load(Path(a.resume) / f"rank-{rank}.pt", weights_only=True)
+        shard.load(saved, saved["step"])
+        dist.all_gather_into_tensor(flat, shard.state()["master"].contiguous())
+    to_model()
+    x, y = rows(a.seed, n, a.batch_size, rank)
+    metrics = open(a.out / "metrics" / f"rank-{rank}.jsonl", "a")  # noqa: SIM115
+
+    def log(rec: dict[str, object]) -> None:
+        metrics.write(json.dumps(rec) + "\n")
+        metrics.flush()
+
+    def record(step: int, **extra: object) -> dict[str, object]:
+        return {"step": step, "rank": rank, "world_size": n,
+                "param_norm": float(flat[:P].double().norm()),
+                "optimizer_bytes": sum(t.numel() * 4 for t in shard.state().values()), **extra}
+
+    if not a.resume:
+        log(record(0))
+    kind, _, at = (a.inject or "none@0").partition("@")
+    fired, prev, step, in_a_row = False, None, start + 1, 0
+    saver = Saver(a.out, rank, n, P, style.thread_save)
+    while step <= a.steps:
+        for p in params:
+            p.grad = None
+        loss = model(x, y)
+        if style.use_grad:
+            grads = torch.autograd.grad(loss, params)
+        else:
+            loss.backward()
+            grads = tuple(p.grad if p.grad is not None else torch.zeros_like(p) for p in params)
+        saver.publish()  # a shard written on a thread, while this step computed
+        full = torch.zeros(S * n)
+        full[:P] = torch.cat([g.reshape(-1) for g in grads])
+        if kind == "nan" and step == int(at) and not fired and rank == 0:
+            full[:P] = float("nan")
+        mine = torch.empty(S)
+        k = round(S * style.reduce_fraction)  # every element of the slice when correct
+        by_rank = full.view(n, S)
+        dist.reduce_scatter_tensor(mine[:k], by_rank[:, :k].contiguous().view(-1)) \
+            if k < S else dist.reduce_scatter_tensor(mine, full)
+        mine[k:] = by_rank[rank, k:] * n  # the mistake: the rest from this rank alone
+        mine /= n
+        stats = torch.stack([loss.detach().double(), mine.double().square().sum()])
+        dist.all_reduce(stats)
+        mean_loss, grad_norm = float(stats[0] / n), float(stats[1].sqrt())
+        if not math.isfinite(mean_loss) or not math.isfinite(grad_norm) or (
+                prev is not None and mean_loss > 2 * prev):
+            fired, in_a_row = fired or kind in ("nan", "spike"), in_a_row + 1
+            saver.publish()
+            done = sorted((a.out / "checkpoints").glob("step-*"))
+            if not done or in_a_row > 3:
+                raise SystemExit(f"rank {rank}: diverged at step {step}, giving up")
+            back = json.loads((done[-1] / "manifest.json").read_text())["step"]
+            saved = torch.load(done[-1] / f"rank-{rank}.pt", weights_only=True)
+            shard.load(saved, saved["step"])
+            dist.all_gather_into_tensor(flat, shard.state()["master"].contiguous())
+            to_model()
+            log({"event": "rollback", "rank": rank, "step": step, "to_step": back,
+                 "reason": "nan" if not math.isfinite(grad_norm) else "spike"})
+            prev, step = None, back + 1
+            continue
+        lr = LR
+        if kind == "spike" and step == int(at) and not fired:
+            lr, fired = LR * 1000, True
+        dist.all_gather_into_tensor(flat, shard.step(mine, lr).contiguous())
+        to_model()
+        prev, in_a_row = mean_loss, 0
+        log(record(step, loss=mean_loss, grad_norm=grad_norm, step_time_s=0.0))
+        if a.checkpoint_every and step % a.checkpoint_every == 0:
+            copy: dict[str, object] = {k: v.detach().clone() for k, v in shard.state().items()}
+            saver.begin(step, {**copy, "step": shard.steps()})
+            if not style.thread_save:
+                saver.publish()
+        step += 1
+    saver.publish()
+    if rank == 0:
+        (a.out / "summary.json").write_text(json.dumps(
+            {"contract": 1, "n_params": P, "world_size": n, "steps": a.steps}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def env_rank() -> tuple[int, int]:
+    """RANK and WORLD_SIZE, as torchrun and a hand-made launcher set them."""
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

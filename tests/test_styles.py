@@ -1,0 +1,92 @@
+"""The style corpus (tests/styles/): correct programs written the ways the ecosystem writes
+them, and what the suite infers from a run must hold for each. P is what the ranks'
+backward passes differentiate (a flat shard kept as an nn.Parameter is not the model's); the
+optimizer state is found wherever Python holds it (numpy too); a crash's cause is told once,
+by the rank's own exception or the suite's kill, whatever the launcher.
+
+Every program of the corpus is graded on every check under `-m styles` (minutes: a few runs
+each, spawn-style and torchrun launchers start torch once per rank)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.diagnosis import diagnose
+from tests.harness.matrix import CHECKS, evaluate
+from tests.harness.observed_checks import check_zero_traffic, params_with_source
+from tests.harness.runs import BASE, nemesis_kill, nemesis_of
+from tests.harness.state_checks import WHOLE_HINT
+from tests.harness.violations import summarize
+from tests.harness.work_checks import check_reduced
+
+STYLES = Path(__file__).resolve().parent / "styles"
+CORPUS = ("flat_parameter", "optimizer_class", "process_spawn", "subprocess_ranks",
+          "torchrun_ranks")
+pytestmark = pytest.mark.fault
+
+
+def style(name: str, *mistake: str) -> tuple[str, ...]:
+    return (sys.executable, str(STYLES / f"{name}.py"), *mistake)
+
+
+def test_p_is_what_the_backward_differentiates_not_every_parameter(reference_only,
+                                                                    run_cache):
+    """torch.optim.Adam over a flat shard nn.Parameter: the process holds 30,080 + 7,520
+    elements of nn.Parameter; P is the 30,080 its backward reaches, and every gradient
+    element is reduced."""
+    run = run_cache.get(style("flat_parameter"), BASE)
+    P, source = params_with_source(run)
+    assert P == run.parsed.n_params == 30_080, (P, source)
+    assert "backward" in source
+    assert check_reduced(run) == [] and check_zero_traffic(run) == []
+
+
+def test_a_flat_parameter_program_that_reduces_80_percent_is_caught(reference_only,
+                                                                    run_cache):
+    found = check_reduced(run_cache.get(style("flat_parameter", "reduce80"), BASE))
+    assert found, "reduce80 reduced 80% of its gradient and passed"
+    assert any("only 80% of the gradient is reduced" in h
+               for h in diagnose("communication", found)), summarize(found)
+
+
+@pytest.mark.long
+def test_moments_kept_whole_in_numpy_are_found(reference_only, run_cache):
+    """optimizer_class.py numpy_moments: full-size moments in numpy arrays, torch views of
+    the rank's slice, optimizer_bytes right by construction; held whole, it is caught by
+    where the state lives and by the memory it keeps."""
+    found = evaluate(lambda spec: run_cache.get(style("optimizer_class", "numpy_moments"),
+                                                spec), ("zero1_memory",))["zero1_memory"]
+    assert any(v.invariant == "zero1_memory" and "exp_avg" in str(v.expected) + v.message
+               for v in found), summarize(found)
+    assert WHOLE_HINT in " ".join(diagnose("zero1_memory", found)), summarize(found)
+
+
+def test_a_rank_the_suite_killed_is_told_as_the_suites_doing(reference_only, run_cache):
+    """A fork-style Process launcher: the killed rank's peers raise too (the lost
+    connection); the cause is the kill, told once, and no multiprocessing header."""
+    spec = nemesis_kill(0, "kill")
+    _, step, rank = nemesis_of(spec) or ("kill", 0, 1)
+    said = run_cache.get(style("optimizer_class"), spec).outcome.first_error
+    assert said == (f"rank {rank} was killed by the suite as step {step} started (the fault "
+                    "under test, not the program's error)"), said
+
+
+def test_ranks_raising_the_same_are_told_once(reference_only, run_cache):
+    """Four fork-context ranks raise the same KeyError; their tracebacks and multiprocessing's
+    "Process ForkProcess-N:" headers interleave on stderr."""
+    program = STYLES.parent / "hostile" / "same_error.py"
+    outcome = run_cache.get((sys.executable, str(program)), BASE).outcome
+    assert outcome.first_error.startswith(
+        "ranks 0-3 raised KeyError: 'betas' at hostile/same_error.py:20"), outcome.first_error
+    assert "Process" not in outcome.reason()
+
+
+@pytest.mark.styles
+@pytest.mark.parametrize("name", CORPUS)
+def test_a_correct_program_of_the_corpus_passes_every_check(reference_only, run_cache, name):
+    found = evaluate(lambda spec: run_cache.get(style(name), spec), tuple(CHECKS))
+    broken = {k: v for k, v in found.items() if v}
+    assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
