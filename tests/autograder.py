@@ -23,7 +23,7 @@ from typing import Any
 
 from tests.harness import box, contain, prairielearn
 from tests.harness.grading import VISIBILITIES, WEIGHTS
-from tests.harness.session import ROOT, Grading, grade, graded_modules
+from tests.harness.session import ROOT, Grading, assignment_seed, grade, graded_modules
 
 PLATFORMS = ("gradescope", "prairielearn")
 GRADESCOPE_TIMEOUT_S = 600  # Gradescope's default autograder timeout (up to 40 minutes)
@@ -265,8 +265,11 @@ def parse_build_args(argv: list[str], prog: str, description: str, out_help: str
     ap.add_argument("--no-observe", action="store_true",
                     help="submissions are not Python programs: no observed checks")
     ap.add_argument("--suite-seed", type=int, default=None,
-                    help="one seed for every submission (default: a fresh one per grading, "
-                         "so that no submission can replay another's numbers)")
+                    help="the assignment's seed, for every submission and every regrade "
+                         "(default: one drawn now and written into the grader)")
+    ap.add_argument("--seed-per-session", action="store_true",
+                    help="draw a fresh seed in every grading instead (the same program may "
+                         "then get another grade when regraded)")
     ap.add_argument("--run-mem-mb", type=int, default=None,
                     help="memory one process of a run may allocate (default: "
                          f"{box.PROCESS_MB} MB, less where the box is smaller)")
@@ -282,7 +285,12 @@ def parse_build_args(argv: list[str], prog: str, description: str, out_help: str
     a.visibility = _pairs(a.visibility, "visibility")
     for warning in fit_warnings(a.run_timeout, a.run_mem_mb):
         print(f"warning: {warning}", file=sys.stderr)
+    if a.suite_seed is None and not a.seed_per_session:
+        a.suite_seed = assignment_seed()
+        print(f"the assignment's suite seed: {a.suite_seed} (written into the grader: every "
+              "submission and every regrade face the same data)", file=sys.stderr)
     return a, {k: float(v) for k, v in _pairs(a.weight, "weight").items()}
+
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,7 @@ from tests.harness import contain
 from tests.harness.class_jobs import EXECUTORS, JobResources, run_jobs
 from tests.harness.class_report import write_csv, write_feedback, write_summary
 from tests.harness.roster import read_roster
-from tests.harness.session import Grading
+from tests.harness.session import Grading, assignment_seed
 
 
 def graded(results: Path) -> dict[str, Any] | None:
@@ -84,6 +84,19 @@ def grade_class(submissions: Path, out: Path, g: Grading, jobs: int = 1,
     return grades
 
 
+def class_seed(out: Path) -> int:
+    """The assignment's seed kept beside its grades (OUT/suite_seed): drawn at the first
+    grading, read at every regrade, so that every student faces the same data and a regrade
+    gives every score again."""
+    path = out / "suite_seed"
+    if path.is_file():
+        return int(path.read_text().split()[0])
+    seed = assignment_seed()
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{seed}\n")
+    return seed
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.grade_class",
                                  description="grade a folder of submissions, one per student")
@@ -97,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
                          "xdist workers the box fits)")
     ap.add_argument("--run-timeout", type=float, default=30.0)
     ap.add_argument("--suite-seed", type=int, default=None,
-                    help="one seed for the whole class (default: a fresh one per student)")
+                    help="the assignment's seed for the whole class (default: the one in "
+                         "OUT/suite_seed, else one drawn once and written there, so that a "
+                         "regrade reproduces every score)")
+    ap.add_argument("--seed-per-student", action="store_true",
+                    help="a fresh seed for every student's session instead")
     ap.add_argument("--session-timeout", type=float, default=600.0,
                     help="seconds one student's whole session may take (default 600)")
     ap.add_argument("--no-observe", action="store_true",
@@ -114,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.jobs > (os.cpu_count() or 1):
         print(f"grade_class: -j {a.jobs} on {os.cpu_count()} cores: runs will be slower, "
               "not faster", file=sys.stderr)
+    if a.suite_seed is None and not a.seed_per_student:
+        a.suite_seed = class_seed(a.out)
     g = Grading(a.entry, a.run_timeout, None, a.suite_seed, a.session_timeout,
                 observe=not a.no_observe)
     resources = JobResources(a.cpus_per_task, a.session_timeout / 60 + 5, a.partition,

@@ -127,3 +127,26 @@ def test_an_export_graded_as_submitit_jobs_gives_each_member_the_groups_grade(tm
     assert rows["Grace Hopper"]["sid"] == "1906" and rows["Grace Hopper"]["email"]
     first = {r["submission"]: r["first_violation"] for r in rows.values()}
     assert "no module named zero" in first["submission_1001"]  # the crasher's own cause
+
+
+def test_a_class_and_its_regrade_face_one_seed(tmp_path):
+    """grade_class draws the assignment's seed once and keeps it beside the grades: the
+    regrade reads it back (the same program, the same grade)."""
+    from tests.grade_class import class_seed
+
+    first = class_seed(tmp_path / "grades")
+    assert first > 0 and (tmp_path / "grades" / "suite_seed").read_text().strip() == str(first)
+    assert class_seed(tmp_path / "grades") == first
+    assert class_seed(tmp_path / "other") != first or class_seed(tmp_path / "o2") != first
+
+
+def test_a_grader_is_built_with_the_assignments_seed():
+    """Every platform's grader is built with one seed written in its configuration, unless
+    the instructor asks for a seed per session."""
+    from tests.autograder import parse_build_args
+
+    a, _ = parse_build_args(["--out", "x"], "p", "d", "o")
+    assert isinstance(a.suite_seed, int) and a.suite_seed > 0
+    assert parse_build_args(["--out", "x", "--suite-seed", "7"], "p", "d", "o")[0].suite_seed == 7
+    assert parse_build_args(["--out", "x", "--seed-per-session"], "p", "d", "o")[0] \
+        .suite_seed is None

@@ -110,3 +110,12 @@ def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
     except (OSError, ValueError):
         return _fallback(results, f"pytest exited {proc.returncode} without a grade file "
                          f"(see {log.name})", time.monotonic() - t0)
+
+
+def assignment_seed() -> int:
+    """One seed for an assignment, drawn once and kept in its grading configuration: a grade
+    is then a function of the submission and the assignment, and nobody can replay numbers
+    from the course's own CI (seed 0)."""
+    import secrets
+
+    return 1 + secrets.randbelow(2**31 - 2)
