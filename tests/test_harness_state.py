@@ -66,13 +66,17 @@ def test_the_locator_finds_state_that_python_holds_outside_torch():
     locate = _locator()
     P, n = 30_080, 7_520
     rng = np.random.default_rng(3)
-    whole_m = np.zeros(P, dtype=np.float32)
-    whole_m[n:2 * n] = rng.standard_normal(n)
-    view = torch.from_numpy(whole_m[n:2 * n])  # what the rank's Adam steps
-    raw = bytearray(4 * P)
-    as_floats = np.frombuffer(raw, dtype=np.float32)  # a view: the bytearray owns it
+    # held as a program holds its optimizer state: in an object's attributes (a buffer that
+    # only a running function's local variable holds is not seen: docs/contract.md)
+    kept = type("Opt", (), {})()
+    kept.whole_m = np.zeros(P, dtype=np.float32)
+    kept.whole_m[n:2 * n] = rng.standard_normal(n)
+    view = torch.from_numpy(kept.whole_m[n:2 * n])  # what the rank's Adam steps
+    kept.raw = bytearray(4 * P)
+    as_floats = np.frombuffer(kept.raw, dtype=np.float32)  # a view: the bytearray owns it
     as_floats[n:2 * n] = rng.random(n)
-    shard = array.array("f", rng.standard_normal(n).astype(np.float32).tolist())
+    kept.shard = array.array("f", rng.standard_normal(n).astype(np.float32).tolist())
+    shard = kept.shard
     saved = {"master": torch.tensor(np.asarray(shard)), "exp_avg": view.clone(),
              "exp_avg_sq": torch.from_numpy(as_floats[n:2 * n].copy()), "step": 10}
     found = locate.locate(locate.saved_state(saved))

@@ -9,7 +9,7 @@ size, and a region inside another (a tensor made from a slice of a numpy array) 
 once, as part of the larger.
 
 numpy arrays and bytearrays are not tracked by Python's collector, so they are found as the
-referents of what it tracks and of every thread's frame locals. Nothing here keeps a buffer
+referents of what it tracks and of every thread's running frames. Nothing here keeps a buffer
 alive beyond the call; nothing is written.
 """
 
@@ -37,17 +37,23 @@ def python_buffers() -> list[Any]:
             found[id(o)] = o
 
     tracked = gc.get_objects()
+    # Running functions' locals, as the collector sees them (a frame's referents): never
+    # through f_locals, which before Python 3.13 leaves a snapshot of the locals on the
+    # frame and keeps the program's old values alive.
+    me = sys._getframe()
     frames = []
-    for top in sys._current_frames().values():  # locals of running functions
+    for top in sys._current_frames().values():
         frame: Any = top
         while frame is not None:
-            frames.append(frame.f_locals)
+            if frame is not me:
+                frames.append(frame)
             frame = frame.f_back
     for o in tracked:
         consider(o)
     for o in gc.get_referents(*tracked, *frames):
         consider(o)
-    del tracked, frames
+    frames.clear()  # no frame object outlives this call through us
+    del tracked, frames, me, frame, top
     return list(found.values())
 
 
