@@ -254,6 +254,27 @@ def test_calls_that_can_never_match_are_a_deadlock_after_half_a_second():
 
 
 
+def test_a_rank_one_collective_behind_is_slow_not_mismatched():
+    """Gradescope's throttled box: rank 0 is still inside all_gather #2 (its Python has not
+    returned) while ranks 1-3 are in reduce_scatter #3, which they could enter only once
+    rank 0 had given them its part of #2: no mismatch, so only the full --hang-after makes
+    it a deadlock. At the same place in the sequence, different calls still are one."""
+    now = 100 * SEC
+    done = [call("reduce_scatter_tensor", 8, 2, t0=90 * SEC)]
+    behind = rank_trace(0, 4, [*done, call("all_gather_into_tensor", 2, 8, t0=98 * SEC,
+                                           done=False)])
+    ahead = [rank_trace(r, 4, [*done, call("all_gather_into_tensor", 2, 8, t0=91 * SEC),
+                               call("reduce_scatter_tensor", 8, 2, t0=98 * SEC, done=False)])
+             for r in (1, 2, 3)]
+    assert deadlocked(Observation(Path("."), [behind, *ahead]), now, 5) is None
+    assert deadlocked(Observation(Path("."), [behind, *ahead]), now + 4 * SEC, 5) is not None
+    skipped = rank_trace(0, 4, [*done, call("reduce_scatter_tensor", 8, 2, t0=98 * SEC,
+                                            done=False)])  # rank 0 skipped the all-gather
+    others = [rank_trace(r, 4, [*done, call("all_gather_into_tensor", 2, 8, t0=98 * SEC,
+                                            done=False)]) for r in (1, 2, 3)]
+    assert deadlocked(Observation(Path("."), [skipped, *others]), now, 5) is not None
+
+
 def test_a_receive_whose_message_is_on_its_way_is_no_mismatch():
     """A ring's last hop: rank 1 posted its isend to rank 0 and went on into the all-reduce
     while rank 0 still waits in recv(src=1) for those bytes (on a throttled box, for a
