@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.harness.observe import rank_list
+
 _PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 _RANK = re.compile(r"(?:[Pp]rocess|rank) (\d+)\b")
@@ -56,6 +58,7 @@ class Crash:
     said: str = ""
     file: str = ""
     line: int = 0
+    what: str = ""  # what was raised and where, without who raised it
 
     def around(self, context: int = 2) -> str:
         """The few lines of the submission around the line that raised, the line marked;
@@ -107,7 +110,8 @@ def _first(text: str, rank: int | None = None) -> Crash:
         if rank is None:
             rank = prefixed if prefixed is not None else _rank_before(lines, i)
         who = f"rank {rank}" if rank is not None else "the run"
-        return Crash(f"{who} raised {error[:200]}{where}", file, int(number))
+        what = f"{error[:200]}{where}"
+        return Crash(f"{who} raised {what}", file, int(number), what)
     for _, line in lines:
         m = _SIGNAL.search(line)
         if m:
@@ -122,15 +126,6 @@ def _rank_before(lines: list[tuple[int | None, str]], at: int) -> int | None:
         if m:
             return int(m.group(1))
     return None
-
-
-def _ranks(ranks: list[int]) -> str:
-    ranks = sorted(set(ranks))
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    if ranks == list(range(ranks[0], ranks[-1] + 1)):
-        return f"ranks {ranks[0]}-{ranks[-1]}"
-    return "ranks " + ",".join(map(str, ranks))
 
 
 def killed_by_suite(nemesis: dict[str, Any]) -> Crash:
@@ -163,14 +158,12 @@ def first_exception_of(stderr: Path, raised: list[dict[str, Any]] | None = None,
     ordered = causes or sorted(told, key=lambda rc: int(rc[0].get("t", 0)))
     if ordered:
         first = ordered[0][1]
-        what = first.said.split(" raised ", 1)[-1]
-        ranks = [rec["rank"] for rec, c in ordered if isinstance(rec.get("rank"), int)
-                 and c.said.split(" raised ", 1)[-1] == what]
-        if len(set(ranks)) > 1:
-            return Crash(f"{_ranks(ranks)} raised {what}", first.file, first.line)
+        ranks = sorted({rec["rank"] for rec, c in ordered
+                        if isinstance(rec.get("rank"), int) and c.what == first.what})
+        if len(ranks) > 1:
+            return Crash(f"{rank_list(ranks)} raised {first.what}", first.file, first.line,
+                         first.what)
         return first
-    if killed is not None:
-        return killed_by_suite(killed)
     try:
         with open(stderr, "rb") as f:
             return _first(f.read(limit).decode("utf-8", "replace"))

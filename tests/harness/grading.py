@@ -32,6 +32,11 @@ CONFIG_VAR = "CAPSTONE_GRADING"
 LIKELY = "likely: "  # starts each likely-cause line of a test's output (class_report reads it)
 NOT_GRADED = "NOT GRADED (the grading machine's fault, not the submission's): "
 NOT_CHECKED = "not checked: "  # a check whose run did not get there (conftest.holds)
+WENT_WRONG = "What went wrong:\n"  # opens the text of a failed grading
+# The order a student should read failures in: how the run ended and what the ranks did first
+# (later failures are often their consequences), then the numbers.
+ROOT_CAUSE_ORDER = ("no_deadlock", "communication", "equal_rank_norms", "single_process_parity",
+                    "monotonic_loss", "zero1_memory", "byte_exact_resume", "rollback")
 _MODULE = re.compile(r"(?:^|/)test_(?:invariant|fault)_(?P<name>\w+)\.py::")
 
 
@@ -166,15 +171,10 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
     return results
 
 
-WENT_WRONG = "What went wrong:\n"  # opens the text of a failed grading
-# The order a student should read failures in: how the run ended and what the ranks did first
-# (later failures are often their consequences), then the numbers.
-ROOT_CAUSE_ORDER = ("no_deadlock", "communication", "equal_rank_norms",
-                    "single_process_parity",
-                    "monotonic_loss", "zero1_memory", "byte_exact_resume", "rollback")
 
 
 def read_order(name: str) -> int:
+    """A failed invariant's place in the order a student should read them."""
     return ROOT_CAUSE_ORDER.index(name) if name in ROOT_CAUSE_ORDER else len(ROOT_CAUSE_ORDER)
 
 
@@ -225,5 +225,3 @@ def root_causes(results: dict[str, Any]) -> list[str]:
         if cause not in causes:
             causes.append(cause)
     return causes
-
-

@@ -309,7 +309,8 @@ def _innermost_frame(stack: str) -> str:
     return ""
 
 
-def _rank_list(ranks: list[int]) -> str:
+def rank_list(ranks: list[int]) -> str:
+    """'rank 3', 'ranks 0-3', 'ranks 0,2' of sorted, distinct ranks."""
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
     if ranks == list(range(ranks[0], ranks[-1] + 1)):
@@ -339,7 +340,7 @@ def where_blocked(obs: Observation) -> str:
     for i, (what, ranks) in enumerate(groups.items()):
         verb = "blocked in " if i == 0 and not what.startswith("not ") else (
             "in " if not what.startswith("not ") else "")
-        parts.append(f"{_rank_list(ranks)} {verb}{what}")
+        parts.append(f"{rank_list(ranks)} {verb}{what}")
     return "; ".join(parts)
 
 

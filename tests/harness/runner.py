@@ -376,11 +376,11 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         with contextlib.suppress(ValueError, OSError):
             sandbox = json.loads(report.read_text())
             survivors += [s["pid"] for s in sandbox.get("survivors", [])]
-    kills = [p.nemesis for p in seen.processes if p.nemesis and str(
-        p.nemesis.get("kind", "")).startswith("kill")] if seen is not None else []
+    killed = next((p.nemesis for p in seen.processes if p.nemesis and str(
+        p.nemesis.get("kind", "")).startswith("kill")), None) if seen is not None else None
     crashed = crash.first_exception_of(
         stderr_path, [p.raised for p in seen.processes if p.raised] if seen is not None
-        else None, kills[0] if kills else None) if proc.returncode != 0 else crash.Crash()
+        else None, killed) if proc.returncode != 0 else crash.Crash()
     return Outcome(list(argv), str(out), None if stopped else proc.returncode, timed_out, wall,
                    _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
                    deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox,

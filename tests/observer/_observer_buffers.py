@@ -108,3 +108,47 @@ def outermost(regions: dict[int, int]) -> set[int]:
         kept.add(start)
         end = max(end, start + size)
     return kept
+
+
+def reachable(torch: Any, on_error: Any = None
+              ) -> tuple[dict[int, tuple[Any, int]], set[int]]:
+    """Every buffer of memory Python can reach, each once (address -> its owner, bytes): the
+    storage of every tensor (views are not counted twice; a leaf's .grad included: a gradient
+    may have no Python object of its own), and the Python buffers above, a region inside
+    another counted as the larger; and the addresses of the nn.Parameters' storages. The
+    owner is an UntypedStorage or the Python object; the caller drops them when done. Where
+    the Python buffers cannot be read, `on_error(exception)` hears why and the tensors'
+    storages are returned alone."""
+    import gc
+
+    found: dict[int, tuple[Any, int]] = {}
+    params: set[int] = set()
+
+    def add(t: Any) -> None:
+        if t is None or t.is_meta or t.is_sparse:
+            return
+        s = t.untyped_storage()
+        if s.nbytes() and s.data_ptr() not in found:
+            found[s.data_ptr()] = (s, s.nbytes())
+
+    for obj in gc.get_objects():
+        if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no __class__
+            continue
+        try:
+            add(obj)
+            if obj.is_leaf and obj.requires_grad:
+                add(obj.grad)
+            if isinstance(obj, torch.nn.Parameter):
+                params.add(obj.untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError):
+            continue
+    try:
+        for o in python_buffers():
+            where = address(o)
+            if where is not None and where[0] not in found:
+                found[where[0]] = (o, where[1])
+    except Exception as e:  # never let the observer break the run
+        if on_error is not None:
+            on_error(e)
+    keep = outermost({a: n for a, (_, n) in found.items()})
+    return {a: v for a, v in found.items() if a in keep}, params

@@ -40,44 +40,19 @@ def _bits(t: Any) -> Any:
 
 
 def _storages(torch: Any) -> tuple[dict[int, Any], set[int]]:
-    """Every CPU buffer Python can reach (address -> its int32 bit patterns, read only): each
-    tensor storage once, and the numpy arrays, bytearrays, array.arrays and mmaps that own
-    memory (`_observer_buffers`), a region inside another counted as the larger; and the
-    parameters' storages."""
-    import gc
-
+    """Every CPU buffer Python can reach (`_observer_buffers.reachable`) large enough to hold
+    a piece (address -> its int32 bit patterns, read only), and the parameters' storages."""
     import _observer_buffers as buffers
 
-    tensors: dict[int, Any] = {}
-    params: set[int] = set()
-    for obj in gc.get_objects():
-        if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no __class__
-            continue
-        try:
-            leaf = obj.is_leaf and obj.requires_grad
-            for t in [obj, obj.grad] if leaf else [obj]:
-                if t is None or t.is_meta or t.is_sparse or t.device.type != "cpu":
-                    continue
-                s = t.untyped_storage()
-                if s.nbytes() >= 4 * CHUNK:
-                    tensors.setdefault(s.data_ptr(), s)
-            if isinstance(obj, torch.nn.Parameter):
-                params.add(obj.untyped_storage().data_ptr())
-        except (RuntimeError, NotImplementedError):
-            continue
-    sizes = {ptr: s.nbytes() for ptr, s in tensors.items()}
-    others: dict[int, Any] = {}
-    for o in buffers.python_buffers():
-        where = buffers.address(o)
-        if where is not None and where[1] >= 4 * CHUNK and where[0] not in sizes:
-            others[where[0]], sizes[where[0]] = o, where[1]
+    regions, params = buffers.reachable(torch)
     views: dict[int, Any] = {}
-    for ptr in buffers.outermost(sizes):
-        if ptr in tensors:
-            s = tensors[ptr]
-            if s.nbytes() % 4 == 0:
-                views[ptr] = torch.empty(0, dtype=torch.int32).set_(s).numpy()  # read only
-        elif (arr := buffers.as_int32(others[ptr])) is not None:
+    for ptr, (owner, n) in regions.items():
+        if n < 4 * CHUNK:
+            continue
+        if isinstance(owner, torch.UntypedStorage):
+            if owner.device.type == "cpu" and n % 4 == 0:
+                views[ptr] = torch.empty(0, dtype=torch.int32).set_(owner).numpy()  # read only
+        elif (arr := buffers.as_int32(owner)) is not None:
             views[ptr] = arr
     return views, params
 

@@ -355,13 +355,12 @@ class _Observer:
         self.first_snapshot = None
 
     def _walk(self) -> dict[int, tuple[Any, int]]:
-        """Every buffer Python can reach (address -> something with `expired()`, bytes): each
-        tensor storage once (views are not counted twice; leaves' .grad included), and the
-        numpy arrays, bytearrays, array.arrays and mmaps that own memory; a region inside
-        another (a tensor from a slice of a numpy array) counts once, as the larger."""
-        import gc
+        """Every buffer Python can reach (address -> something with `expired()`, bytes):
+        `_observer_buffers.reachable`, each held by weak reference (a bytearray, which has
+        none, by its address and size being found again by the next walk)."""
         import time
 
+        import _observer_buffers as buffers
         import torch
         from torch.multiprocessing.reductions import StorageWeakRef
 
@@ -369,38 +368,18 @@ class _Observer:
         # reachable for a moment after the call returns, until torch's communication thread
         # lets go of its work object: give it that moment, or a buffer counts as held.
         time.sleep(0.01)
-        storages: dict[int, tuple[Any, int]] = {}
-
-        def add(t: object) -> None:
-            if not isinstance(t, torch.Tensor) or t.is_meta or t.is_sparse:
-                return
-            s = t.untyped_storage()
-            if s.nbytes() and s.data_ptr() not in storages:
-                storages[s.data_ptr()] = (StorageWeakRef(s), s.nbytes())
-
-        for obj in gc.get_objects():
-            if issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no __class__
-                try:
-                    add(obj)
-                    if obj.is_leaf and obj.requires_grad:
-                        add(obj.grad)  # a gradient may have no Python object of its own
-                except (RuntimeError, NotImplementedError):
-                    continue
-        try:
-            import _observer_buffers as buffers
-
-            live = self.buffers_seen  # one set, refilled by each walk: what a bytearray
-            live.clear()              # of an earlier walk is checked against
-            for o in buffers.python_buffers():
-                where = buffers.address(o)
-                if where is not None and where[0] not in storages:
-                    storages[where[0]] = (_Held(o, where, live), where[1])
-                    live.add(where)
-            keep = buffers.outermost({a: n for a, (_, n) in storages.items()})
-            storages = {a: v for a, v in storages.items() if a in keep}
-        except Exception as e:  # never let the observer break the run
-            self.emit({"ev": "mem", "error": f"python buffers: {e!r}"[:200]})
-        return storages
+        regions, _ = buffers.reachable(torch, lambda e: self.emit(
+            {"ev": "mem", "error": f"python buffers: {e!r}"[:200]}))
+        live = self.buffers_seen  # one set, refilled by each walk: what a bytearray of an
+        live.clear()              # earlier walk is checked against
+        held: dict[int, tuple[Any, int]] = {}
+        for address, (owner, n) in regions.items():
+            if isinstance(owner, torch.UntypedStorage):
+                held[address] = (StorageWeakRef(owner), n)
+            else:
+                held[address] = (_Held(owner, (address, n), live), n)
+                live.add((address, n))
+        return held
 
     # -- a rank's exception, wherever a Python rank can end ------------------------------------
     def record_raise(self, exc: BaseException, via: str) -> None:
