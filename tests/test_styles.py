@@ -24,7 +24,7 @@ from tests.harness.work_checks import check_reduced
 
 STYLES = Path(__file__).resolve().parent / "styles"
 CORPUS = ("flat_parameter", "optimizer_class", "process_spawn", "subprocess_ranks",
-          "torchrun_ranks")
+          "torchrun_ranks", "ddp_hook")
 pytestmark = pytest.mark.fault
 
 

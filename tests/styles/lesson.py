@@ -94,6 +94,7 @@ class Style:
     use_grad: bool = False  # torch.autograd.grad instead of .backward()
     thread_save: bool = False  # a background thread writes the checkpoint
     reduce_fraction: float = 1.0  # a mistake: reduce only this much of the gradient
+    ddp: bool = False  # DDP's backward, its comm hook reduce-scattering (ZeroHook)
 
 
 class ShardOpt:
@@ -196,6 +197,50 @@ class Saver:
         dist.barrier()
 
 
+def reduce_slice(full: torch.Tensor, rank: int, n: int, fraction: float = 1.0
+                 ) -> torch.Tensor:
+    """This rank's slice of the rank-averaged gradient: a reduce-scatter of the flat padded
+    vector. `fraction` < 1 is a mistake: only that much of each slice is reduced, the rest
+    taken from this rank's own gradient."""
+    S = full.numel() // n
+    mine = torch.empty(S)
+    k = round(S * fraction)
+    by_rank = full.view(n, S)
+    if k < S:
+        dist.reduce_scatter_tensor(mine[:k], by_rank[:, :k].contiguous().view(-1))
+        mine[k:] = by_rank[rank, k:] * n
+    else:
+        dist.reduce_scatter_tensor(mine, full)
+    return mine / n
+
+
+class ZeroHook:
+    """DDP for the gradient, ZeRO-1's update apart: a comm hook that reduce-scatters DDP's
+    bucket (in the model's parameter order) instead of all-reducing it, leaving this rank's
+    slice in `mine`. DDP's own gradients stay local; only the slice is used."""
+
+    def __init__(self, params: list[nn.Parameter], rank: int, n: int, S: int) -> None:
+        self.rank, self.n, self.S = rank, n, S
+        self.offsets, at = {}, 0
+        for p in params:
+            self.offsets[id(p)], at = at, at + p.numel()
+        self.P, self.poison = at, False
+        self.mine = torch.empty(S)
+
+    def reduce_scatter(self, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        full = torch.zeros(self.S * self.n)
+        for p, g in zip(bucket.parameters(), bucket.gradients(), strict=True):
+            full[self.offsets[id(p)]:self.offsets[id(p)] + g.numel()] = g.reshape(-1)
+        if sum(g.numel() for g in bucket.gradients()) != self.P:
+            raise RuntimeError("the model must fit one DDP bucket: raise bucket_cap_mb")
+        if self.poison:
+            full[:self.P] = float("nan")
+        self.mine = reduce_slice(full, self.rank, self.n)
+        done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        done.set_result(bucket.buffer())
+        return done
+
+
 def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     """One rank of ZeRO-1 (the process group is already up)."""
     torch.set_num_threads(1)
@@ -222,6 +267,15 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         dist.all_gather_into_tensor(flat, shard.state()["master"].contiguous())
     to_model()
     x, y = rows(a.seed, n, a.batch_size, rank)
+    forward: nn.Module = model
+    hook: ZeroHook | None = None
+    if style.ddp:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        forward, hook = DDP(model), ZeroHook(params, rank, n, S)
+        # DDP reads a hook's annotations, which `from __future__ import annotations` turns
+        # into strings it rejects: hand it an unannotated callable
+        forward.register_comm_hook(hook, lambda h, bucket: h.reduce_scatter(bucket))
     metrics = open(a.out / "metrics" / f"rank-{rank}.jsonl", "a")  # noqa: SIM115
 
     def log(rec: dict[str, object]) -> None:
@@ -241,24 +295,26 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     while step <= a.steps:
         for p in params:
             p.grad = None
-        loss = model(x, y)
-        if style.use_grad:
-            grads = torch.autograd.grad(loss, params)
-        else:
+        loss = forward(x, y)
+        poison = kind == "nan" and step == int(at) and not fired and rank == 0
+        if hook is not None:  # DDP's backward: its comm hook reduce-scatters the gradient
+            hook.poison = poison
             loss.backward()
-            grads = tuple(p.grad if p.grad is not None else torch.zeros_like(p) for p in params)
-        saver.publish()  # a shard written on a thread, while this step computed
-        full = torch.zeros(S * n)
-        full[:P] = torch.cat([g.reshape(-1) for g in grads])
-        if kind == "nan" and step == int(at) and not fired and rank == 0:
-            full[:P] = float("nan")
-        mine = torch.empty(S)
-        k = round(S * style.reduce_fraction)  # every element of the slice when correct
-        by_rank = full.view(n, S)
-        dist.reduce_scatter_tensor(mine[:k], by_rank[:, :k].contiguous().view(-1)) \
-            if k < S else dist.reduce_scatter_tensor(mine, full)
-        mine[k:] = by_rank[rank, k:] * n  # the mistake: the rest from this rank alone
-        mine /= n
+            saver.publish()  # a shard written on a thread, while this step computed
+            mine = hook.mine
+        else:
+            if style.use_grad:
+                grads = torch.autograd.grad(loss, params)
+            else:
+                loss.backward()
+                grads = tuple(p.grad if p.grad is not None else torch.zeros_like(p)
+                              for p in params)
+            saver.publish()
+            full = torch.zeros(S * n)
+            full[:P] = torch.cat([g.reshape(-1) for g in grads])
+            if poison:
+                full[:P] = float("nan")
+            mine = reduce_slice(full, rank, n, style.reduce_fraction)
         stats = torch.stack([loss.detach().double(), mine.double().square().sum()])
         dist.all_reduce(stats)
         mean_loss, grad_norm = float(stats[0] / n), float(stats[1].sqrt())
