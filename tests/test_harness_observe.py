@@ -254,6 +254,18 @@ def test_calls_that_can_never_match_are_a_deadlock_after_half_a_second():
 
 
 
+def test_the_reported_parameter_count_is_compared_with_the_backward_not_trusted():
+    """P is what the ranks' backward passes differentiate; a summary.json that says otherwise
+    (a flat shard counted with the model) is a violation that names both."""
+    P = 30_080
+    calls = zero_step(4, P, 10, "tensor")
+    honest = observed_run([rank_trace(r, 4, calls, P=P) for r in range(4)], 4, P=P)
+    assert check_reduced(honest) == []
+    lying = observed_run([rank_trace(r, 4, calls, P=P) for r in range(4)], 4, P=P + 7_520)
+    [v] = check_reduced(lying)
+    assert v.found == P + 7_520 and f"{P:,}" in str(v.expected) and "backward" in v.message
+
+
 def test_a_rank_one_collective_behind_is_slow_not_mismatched():
     """Gradescope's throttled box: rank 0 is still inside all_gather #2 (its Python has not
     returned) while ranks 1-3 are in reduce_scatter #3, which they could enter only once

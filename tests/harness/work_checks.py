@@ -94,6 +94,12 @@ def check_reduced(run: Run) -> list[Violation]:
     if P is None:  # nothing to measure against: reported, never passed vacuously
         return [*out, Violation(INV, None, None, "P", "unknown",
                                 "no parameters observed and no summary.json")]
+    reported = run.parsed.n_params
+    if reported is not None and reported != P:  # what the run says is compared, not trusted
+        out.append(Violation(INV, None, None, f"summary.json n_params = P = {P:,} ({source})",
+                             reported, "the parameter count the run reports is not what its "
+                             "backward passes differentiate: count the model's parameters "
+                             "only (not a flat shard or master copy kept beside them)"))
     n = run.world_size
     need = (n - 1) / n * P
     for r, by_site in reduced_per_step(run).items():
