@@ -9,8 +9,11 @@ size, and a region inside another (a tensor made from a slice of a numpy array) 
 once, as part of the larger.
 
 numpy arrays and bytearrays are not tracked by Python's collector, so they are found as the
-referents of what it tracks and of every thread's running frames. Nothing here keeps a buffer
-alive beyond the call; nothing is written.
+referents of the program's lists, dicts and objects and of every thread's running frames;
+and only where torch holds some tensor over memory it does not own (`torch.from_numpy`,
+`torch.frombuffer`): a program whose tensors are all torch's own pays nothing. A buffer that
+only a running function's local variable holds, or that no tensor views, is not seen.
+Nothing here keeps a buffer alive beyond the call; nothing is written.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from __future__ import annotations
 from typing import Any
 
 
-def python_buffers() -> list[Any]:
+def python_buffers(tracked: list[Any]) -> list[Any]:
     """The numpy arrays that own their memory, bytearrays, array.arrays and open mmaps that
-    the process can reach."""
+    the program's objects hold (`tracked`: what gc.get_objects() gave), or that running
+    frames hold."""
     import array
     import gc
     import mmap
@@ -36,7 +40,6 @@ def python_buffers() -> list[Any]:
                 ndarray and issubclass(t, ndarray) and o.flags.owndata and o.nbytes):
             found[id(o)] = o
 
-    tracked = gc.get_objects()
     # Running functions' locals, as the collector sees them (a frame's referents): never
     # through f_locals, which before Python 3.13 leaves a snapshot of the locals on the
     # frame and keeps the program's old values alive.
@@ -50,11 +53,37 @@ def python_buffers() -> list[Any]:
             frame = frame.f_back
     for o in tracked:
         consider(o)
-    for o in gc.get_referents(*tracked, *frames):
+    inner = []  # a dict or tuple of untracked values only (arrays) is itself untracked
+    for o in gc.get_referents(*_holders(tracked), *frames):
         consider(o)
+        if type(o) in (dict, tuple) and not gc.is_tracked(o):
+            inner.append(o)
+    for o in gc.get_referents(*inner):
+        consider(o)
+    inner.clear()
     frames.clear()  # no frame object outlives this call through us
-    del tracked, frames, me, frame, top
+    del frames, me, frame, top
     return list(found.values())
+
+
+def _holders(tracked: list[Any]) -> list[Any]:
+    """Of the objects the collector tracks, those that hold a program's data: lists, dicts
+    other than modules' namespaces, and instances of classes written in Python. Asking every
+    tracked object for its referents touches (by reference count) the module-level objects
+    a forked rank shares with its launcher, and copies their pages into every rank (+150 MB
+    over zero1.py's four ranks): functions, code, classes and the libraries' modules are left
+    out; the program's own modules (its script, its files) are not."""
+    import sys
+
+    libraries = (sys.prefix, sys.base_prefix, sys.exec_prefix)
+    main = sys.modules.get("__main__")  # also named __mp_main__ under multiprocessing
+    namespaces = {id(vars(m)) for m in list(sys.modules.values())
+                  if m is not main and hasattr(m, "__dict__") and (
+                      not isinstance(path := getattr(m, "__file__", None), str)
+                      or path.startswith(libraries))}
+    heap = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
+    return [o for o in tracked if (type(o) in (list, dict) and id(o) not in namespaces)
+            or (type(o).__flags__ & heap and not issubclass(type(o), type))]
 
 
 def address(o: Any) -> tuple[int, int] | None:
@@ -114,11 +143,11 @@ def reachable(torch: Any, on_error: Any = None
               ) -> tuple[dict[int, tuple[Any, int]], set[int]]:
     """Every buffer of memory Python can reach, each once (address -> its owner, bytes): the
     storage of every tensor (views are not counted twice; a leaf's .grad included: a gradient
-    may have no Python object of its own), and the Python buffers above, a region inside
-    another counted as the larger; and the addresses of the nn.Parameters' storages. The
-    owner is an UntypedStorage or the Python object; the caller drops them when done. Where
-    the Python buffers cannot be read, `on_error(exception)` hears why and the tensors'
-    storages are returned alone."""
+    may have no Python object of its own), and, where some tensor's storage is memory torch
+    does not own, the Python buffers above, a region inside another counted as the larger;
+    and the addresses of the nn.Parameters' storages. The owner is an UntypedStorage or the
+    Python object; the caller drops them when done. Where the Python buffers cannot be read,
+    `on_error(exception)` hears why and the tensors' storages are returned alone."""
     import gc
 
     found: dict[int, tuple[Any, int]] = {}
@@ -131,7 +160,8 @@ def reachable(torch: Any, on_error: Any = None
         if s.nbytes() and s.data_ptr() not in found:
             found[s.data_ptr()] = (s, s.nbytes())
 
-    for obj in gc.get_objects():
+    tracked = gc.get_objects()
+    for obj in tracked:
         if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no __class__
             continue
         try:
@@ -142,13 +172,18 @@ def reachable(torch: Any, on_error: Any = None
                 params.add(obj.untyped_storage().data_ptr())
         except (RuntimeError, NotImplementedError):
             continue
+    # Memory outside torch is looked for where torch holds tensors over it (torch.from_numpy,
+    # torch.frombuffer: storages it cannot resize): a program whose tensors are all torch's
+    # own pays nothing for the search.
+    external = any(not owner.resizable() for owner, _ in found.values())
     try:
-        for o in python_buffers():
-            where = address(o)
-            if where is not None and where[0] not in found:
+        for o in python_buffers(tracked) if external else []:
+            where = address(o)  # at a tensor view's own address, the owner is the larger
+            if where is not None and where[1] > found.get(where[0], (None, 0))[1]:
                 found[where[0]] = (o, where[1])
     except Exception as e:  # never let the observer break the run
         if on_error is not None:
             on_error(e)
+    del tracked
     keep = outermost({a: n for a, (_, n) in found.items()})
     return {a: v for a, v in found.items() if a in keep}, params
