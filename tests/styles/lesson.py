@@ -86,17 +86,6 @@ def rows(seed: int, n: int, b: int, rank: int) -> tuple[torch.Tensor, torch.Tens
     return mine[:, :-1], mine[:, 1:]
 
 
-@dataclass
-class Style:
-    """The parts a style replaces; the defaults are the plainest way."""
-
-    shard: type[ShardOpt] | None = None  # how the shard is held and stepped (AdamShard)
-    use_grad: bool = False  # torch.autograd.grad instead of .backward()
-    thread_save: bool = False  # a background thread writes the checkpoint
-    reduce_fraction: float = 1.0  # a mistake: reduce only this much of the gradient
-    ddp: bool = False  # DDP's backward, its comm hook reduce-scattering (ZeroHook)
-
-
 class ShardOpt:
     """How a rank holds and steps its shard (the style decides)."""
 
@@ -148,6 +137,17 @@ class AdamShard(ShardOpt):
     def steps(self) -> int:
         st = self.opt.state.get(self.p)
         return int(st["step"]) if st else 0
+
+
+@dataclass
+class Style:
+    """The parts a style replaces; the defaults are the plainest way."""
+
+    shard: type[ShardOpt] = AdamShard  # how the shard is held and stepped
+    use_grad: bool = False  # torch.autograd.grad instead of .backward()
+    thread_save: bool = False  # a background thread writes the checkpoint
+    reduce_fraction: float = 1.0  # a mistake: reduce only this much of the gradient
+    ddp: bool = False  # DDP's backward, its comm hook reduce-scattering (ZeroHook)
 
 
 class Saver:
@@ -258,7 +258,7 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     with torch.no_grad():
         flat[:P] = torch.nn.utils.parameters_to_vector(params)
     dist.broadcast(flat, src=0)
-    shard = (style.shard or AdamShard)(flat[rank * S:(rank + 1) * S])
+    shard = style.shard(flat[rank * S:(rank + 1) * S])
     start = 0
     if a.resume:
         start = json.loads((Path(a.resume) / "manifest.json").read_text())["step"]
@@ -300,7 +300,6 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         if hook is not None:  # DDP's backward: its comm hook reduce-scatters the gradient
             hook.poison = poison
             loss.backward()
-            saver.publish()  # a shard written on a thread, while this step computed
             mine = hook.mine
         else:
             if style.use_grad:
@@ -309,12 +308,12 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
                 loss.backward()
                 grads = tuple(p.grad if p.grad is not None else torch.zeros_like(p)
                               for p in params)
-            saver.publish()
             full = torch.zeros(S * n)
             full[:P] = torch.cat([g.reshape(-1) for g in grads])
             if poison:
                 full[:P] = float("nan")
             mine = reduce_slice(full, rank, n, style.reduce_fraction)
+        saver.publish()  # a shard written on a thread, while this step computed
         stats = torch.stack([loss.detach().double(), mine.double().square().sum()])
         dist.all_reduce(stats)
         mean_loss, grad_norm = float(stats[0] / n), float(stats[1].sqrt())
