@@ -41,7 +41,7 @@ def test_mutant_is_caught_by_its_target(reference_only, run_cache, record_proper
     mutant = MUTANTS[name]
     impl = (sys.executable, str(LAUNCHER), name)
     names = tuple(dict.fromkeys(FROM_BASE_RUN + mutant.targets))
-    found = evaluate(lambda spec: run_cache.get(impl, spec), names)
+    found = evaluate(lambda spec: run_cache.get(impl, spec), names, run_cache.seed)
     hints = [h for t in mutant.targets for h in diagnose(t, found[t])]
     hinted = any(mutant.hint in h for h in hints)
     record_property("matrix_row", json.dumps({
@@ -65,8 +65,8 @@ def test_a_guard_that_reads_the_flag_meets_no_spike_in_its_replay(reference_only
     assert found and found[0].message.endswith(FLAG_HINT), found
 
 
-def test_reference_passes_every_check(reference_only, run, record_property):
-    found = evaluate(run, tuple(CHECKS))
+def test_reference_passes_every_check(reference_only, run, run_cache, record_property):
+    found = evaluate(run, tuple(CHECKS), run_cache.seed)
     record_property("matrix_row", json.dumps({
         "mutant": "(reference)", "targets": [],
         "cells": {k: len(v) for k, v in found.items()}}))

@@ -98,7 +98,7 @@ def test_a_run_that_did_nothing_gets_words_and_no_empty_picture(shared_tmp, tmp_
                      Watch(observe=True, contain=True))
     nothing = cache.get((sys.executable, str(ROOT / "tests" / "hostile" / "nothing.py")), BASE)
     assert nothing.observed is not None  # the observer saw the process: it made no call
-    found = {name: facts(name, [nothing, nothing], CHECKS[name](lambda _: nothing))
+    found = {name: facts(name, [nothing, nothing], CHECKS[name](lambda _: nothing, 0))
              for name in CHECKS}
     assert found and all(f is None for f in found.values()), found
     results = {"score": 0.0, "extra_data": {"pictures": {}},

@@ -29,7 +29,8 @@ def student(mistake: str | None = None) -> tuple[str, ...]:
 @pytest.mark.long
 def test_a_correct_submission_written_another_way_passes_every_check(reference_only, run_cache):
     """(tests/test_autograder.py grades the other, tests/submissions/ring, to 100.)"""
-    found = evaluate(lambda spec: run_cache.get(student(), spec), tuple(CHECKS))
+    found = evaluate(lambda spec: run_cache.get(student(), spec), tuple(CHECKS),
+                     run_cache.seed)
     broken = {k: v for k, v in found.items() if v}
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
 

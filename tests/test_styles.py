@@ -87,6 +87,7 @@ def test_ranks_raising_the_same_are_told_once(reference_only, run_cache):
 @pytest.mark.styles
 @pytest.mark.parametrize("name", CORPUS)
 def test_a_correct_program_of_the_corpus_passes_every_check(reference_only, run_cache, name):
-    found = evaluate(lambda spec: run_cache.get(style(name), spec), tuple(CHECKS))
+    found = evaluate(lambda spec: run_cache.get(style(name), spec), tuple(CHECKS),
+                     run_cache.seed)
     broken = {k: v for k, v in found.items() if v}
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())

@@ -46,38 +46,53 @@ Getter = Callable[[RunSpec], Run]
 KILLS = ("kill", "killsave")
 
 
-def _killed(run: Getter, kind: str) -> list[Violation]:
-    """A rank the suite kills (seed 0's rank and step), and the resume from step 10."""
-    spec = nemesis_kill(0, kind)
+def _killed(run: Getter, kind: str, seed: int) -> list[Violation]:
+    """A rank the suite kills (the seed's rank and step), and the resume from step 10."""
+    spec = nemesis_kill(seed, kind)
     _, step, rank = nemesis_of(spec) or (kind, 0, 1)
     return check_killed(run(spec), kind, step, rank) + (check_resumed_after_kill(
         run(BASE), run(resumed_after(spec)), 10) if kind == "killsave" else [])
 
-ROLLBACK_PROBE = ("nan", fault_step("nan", 0))  # the graded module's, under seed 0
 
-CHECKS: dict[str, Callable[[Getter], list[Violation]]] = {
-    "monotonic_loss": lambda run: check_monotonic_loss(run(BASE)),
-    "equal_rank_norms": lambda run: check_equal_norms(run(BASE)),
-    "zero1_memory": lambda run: check_zero_memory(run(BASE)) + check_state_location(
+def rollback_probe(seed: int = 0) -> tuple[str, int]:
+    """The graded module's NaN: the fault and its step under `seed` (nan@12 under 0)."""
+    return "nan", fault_step("nan", seed)
+
+
+ROLLBACK_PROBE = rollback_probe(0)
+
+
+def _rollback(run: Getter, seed: int) -> list[Violation]:
+    probe = rollback_probe(seed)
+    late = run(faulted(*probe))
+    return check_rollback(run(BASE), late, *probe) + check_fault_took_effect(late, *probe)
+
+
+# Each check as a function of a run getter and the session's seed (which draws the steps and
+# ranks of the faults, as the graded modules draw them).
+CHECKS: dict[str, Callable[[Getter, int], list[Violation]]] = {
+    "monotonic_loss": lambda run, _: check_monotonic_loss(run(BASE)),
+    "equal_rank_norms": lambda run, _: check_equal_norms(run(BASE)),
+    "zero1_memory": lambda run, _: check_zero_memory(run(BASE)) + check_state_location(
         {1: run(MEM1), 2: run(N2), 4: run(BASE)}) + check_measured_memory(
         {1: run(MEM1), 2: run(N2), 4: run(BASE)}),
-    "communication": lambda run: (check_genuine_ranks(run(BASE)) + check_same_sequence(run(BASE))
-                                  + check_zero_traffic(run(BASE))
-                                  + check_data_parallel(run(BASE), BASE.batch_size)
-                                  + check_reduced(run(BASE))),
-    "no_deadlock": lambda run: check_clean_exit(run(BASE)),
-    "byte_exact_resume": lambda run: check_resume(run(BASE), run(RESUMED), 10),
-    "single_process_parity": lambda run: check_parity(run(BASE), run(SINGLE)),
-    "rollback": lambda run: check_rollback(run(BASE), run(faulted(*ROLLBACK_PROBE)),
-                                           *ROLLBACK_PROBE) + check_fault_took_effect(
-        run(faulted(*ROLLBACK_PROBE)), *ROLLBACK_PROBE),
+    "communication": lambda run, _: (
+        check_genuine_ranks(run(BASE)) + check_same_sequence(run(BASE))
+        + check_zero_traffic(run(BASE)) + check_data_parallel(run(BASE), BASE.batch_size)
+        + check_reduced(run(BASE))),
+    "no_deadlock": lambda run, _: check_clean_exit(run(BASE)),
+    "byte_exact_resume": lambda run, _: check_resume(run(BASE), run(RESUMED), 10),
+    "single_process_parity": lambda run, _: check_parity(run(BASE), run(SINGLE)),
+    "rollback": _rollback,
     # Not an invariant module of its own: graded under rollback (test_fault_rollback.py).
-    "rank_killed": lambda run: [v for kind in KILLS for v in _killed(run, kind)],
+    "rank_killed": lambda run, seed: [v for kind in KILLS for v in _killed(run, kind, seed)],
 }
 # Checks that need only the base run: evaluated for every mutant, since they cost nothing.
 # (zero1_memory also measures N = 1 and 2 runs: evaluated where it is a target.)
 FROM_BASE_RUN = ("monotonic_loss", "equal_rank_norms", "no_deadlock", "communication")
 
 
-def evaluate(run: Getter, names: tuple[str, ...]) -> dict[str, list[Violation]]:
-    return {name: CHECKS[name](run) for name in names}
+def evaluate(run: Getter, names: tuple[str, ...], seed: int = 0
+             ) -> dict[str, list[Violation]]:
+    """The checks `names` on the runs `run` gets; `seed` is the session's (RunCache.seed)."""
+    return {name: CHECKS[name](run, seed) for name in names}
