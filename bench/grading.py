@@ -4,9 +4,12 @@ xdist workers the box fits, `--run-timeout 30`), per containment: namespaces whe
 allowed, and the run-user containment (as in a Docker grader that refuses unshare).
 
     python bench/grading.py [SUBMISSION_DIR ...] [--containment namespaces run-user]
+                            [--against REV [--rounds 3]]
 
 Defaults: the reference, `deadlock_at_step_5` and `ring` of tests/submissions. Prints a JSON
-row per grading: wall time, score.
+row per grading: wall time, score. `--against REV` grades with REV's suite too (a temporary
+git worktree, this venv; the submission's `capstone` imported from that checkout), in turns
+with this checkout's, and prints each checkout's median and the ratio to REV.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,11 +34,55 @@ DEFAULT = [ROOT / "tests" / "submissions" / n for n in ("reference", "deadlock_a
                                                         "ring")]
 
 
+def side_by_side(a: argparse.Namespace) -> int:
+    """This checkout and REV's, one grading each in turn (load falls on both alike)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        other = Path(tmp) / "other"
+        subprocess.run(["git", "worktree", "add", "--detach", str(other), a.against], cwd=ROOT,
+                       check=True, capture_output=True)
+        checkouts = {"this checkout": ROOT, a.against: other}
+        walls: dict[tuple[str, str, str], list[float]] = {}
+        try:
+            for _ in range(a.rounds):
+                for sub in a.submissions:
+                    for mode in a.containment:
+                        for name, path in checkouts.items():
+                            # The same submission, graded by each checkout's suite: its
+                            # capstone (the reference's) from that checkout too.
+                            env = {**os.environ, "PYTHONPATH": str(path)}
+                            proc = subprocess.run(
+                                [sys.executable, str(path / "bench" / "grading.py"),
+                                 str(sub.resolve()), "--containment", mode],
+                                cwd=path, env=env, capture_output=True, text=True)
+                            rows = [json.loads(ln) for ln in proc.stdout.splitlines()
+                                    if ln.startswith("{")]
+                            if proc.returncode or not rows:
+                                raise SystemExit(f"{name} failed to grade {sub}:\n"
+                                                 f"{proc.stderr[-2000:]}")
+                            row = {**rows[-1], "suite": name}
+                            walls.setdefault((sub.name, mode, name), []).append(row["wall_s"])
+                            print(json.dumps(row), flush=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT,
+                           capture_output=True)
+    for sub in a.submissions:
+        for mode in a.containment:
+            here = statistics.median(walls[(sub.name, mode, "this checkout")])
+            there = statistics.median(walls[(sub.name, mode, a.against)])
+            print(f"{sub.name} ({mode}): {here:.1f} s here, {there:.1f} s at {a.against}: "
+                  f"{here / there:.2f}x (medians of {a.rounds})")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("submissions", nargs="*", type=Path, default=DEFAULT)
     ap.add_argument("--containment", nargs="+", default=["namespaces", "run-user"])
+    ap.add_argument("--against", metavar="REV", help="another revision, graded in turns")
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
+    if a.against:
+        return side_by_side(a)
     # The entry is Gradescope's `python3 main.py`: this interpreter's, as tests.autograder's
     # rehearsal has it (outside the venv, PATH's python3 has no torch: every run would fail)
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
