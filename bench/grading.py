@@ -34,6 +34,13 @@ DEFAULT = [ROOT / "tests" / "submissions" / n for n in ("reference", "deadlock_a
                                                         "ring")]
 
 
+def _children_cpu_s() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def side_by_side(a: argparse.Namespace) -> int:
     """This checkout and REV's, one grading each in turn (load falls on both alike)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -42,6 +49,7 @@ def side_by_side(a: argparse.Namespace) -> int:
                        check=True, capture_output=True)
         checkouts = {"this checkout": ROOT, a.against: other}
         walls: dict[tuple[str, str, str], list[float]] = {}
+        cpus: dict[tuple[str, str, str], list[float]] = {}
         try:
             for _ in range(a.rounds):
                 for sub in a.submissions:
@@ -50,6 +58,7 @@ def side_by_side(a: argparse.Namespace) -> int:
                             # The same submission, graded by each checkout's suite: its
                             # capstone (the reference's) from that checkout too.
                             env = {**os.environ, "PYTHONPATH": str(path)}
+                            cpu0 = _children_cpu_s()
                             proc = subprocess.run(
                                 [sys.executable, str(path / "bench" / "grading.py"),
                                  str(sub.resolve()), "--containment", mode],
@@ -59,18 +68,22 @@ def side_by_side(a: argparse.Namespace) -> int:
                             if proc.returncode or not rows:
                                 raise SystemExit(f"{name} failed to grade {sub}:\n"
                                                  f"{proc.stderr[-2000:]}")
-                            row = {**rows[-1], "suite": name}
+                            row = {**rows[-1], "suite": name,
+                                   "cpu_s": round(_children_cpu_s() - cpu0, 1)}
                             walls.setdefault((sub.name, mode, name), []).append(row["wall_s"])
+                            cpus.setdefault((sub.name, mode, name), []).append(row["cpu_s"])
                             print(json.dumps(row), flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT,
                            capture_output=True)
     for sub in a.submissions:
         for mode in a.containment:
-            here = statistics.median(walls[(sub.name, mode, "this checkout")])
-            there = statistics.median(walls[(sub.name, mode, a.against)])
+            key = (sub.name, mode)
+            here, there = (statistics.median(walls[(*key, n)]) for n in checkouts)
+            c_here, c_there = (statistics.median(cpus[(*key, n)]) for n in checkouts)
             print(f"{sub.name} ({mode}): {here:.1f} s here, {there:.1f} s at {a.against}: "
-                  f"{here / there:.2f}x (medians of {a.rounds})")
+                  f"{here / there:.2f}x wall; CPU {c_here:.1f} s against {c_there:.1f} s: "
+                  f"{c_here / c_there:.2f}x (medians of {a.rounds})")
     return 0
 
 
