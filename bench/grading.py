@@ -78,9 +78,8 @@ def side_by_side(a: argparse.Namespace) -> int:
                            capture_output=True)
     for sub in a.submissions:
         for mode in a.containment:
-            key = (sub.name, mode)
-            here, there = (statistics.median(walls[(*key, n)]) for n in checkouts)
-            c_here, c_there = (statistics.median(cpus[(*key, n)]) for n in checkouts)
+            here, there = (statistics.median(walls[(sub.name, mode, n)]) for n in checkouts)
+            c_here, c_there = (statistics.median(cpus[(sub.name, mode, n)]) for n in checkouts)
             print(f"{sub.name} ({mode}): {here:.1f} s here, {there:.1f} s at {a.against}: "
                   f"{here / there:.2f}x wall; CPU {c_here:.1f} s against {c_there:.1f} s: "
                   f"{c_here / c_there:.2f}x (medians of {a.rounds})")
