@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness import box, contain, prairielearn
-from tests.harness.grading import VISIBILITIES, WEIGHTS
+from tests.harness.grading import VISIBILITIES, WEIGHTS, exercises_of
 from tests.harness.session import ROOT, Grading, assignment_seed, grade, graded_modules
 
 PLATFORMS = ("gradescope", "prairielearn")
@@ -105,21 +105,22 @@ def fit_warnings(run_timeout_s: float, mem_mb: int | None) -> list[str]:
 
 def contents(entry: str, run_timeout_s: float, weights: dict[str, float],
              visibility: dict[str, str], observe: bool = True, mem_mb: int | None = None,
-             suite_seed: int | None = None, not_checked_credit: float = 0.0
-             ) -> tuple[dict[str, str], list[Path]]:
+             suite_seed: int | None = None, not_checked_credit: float = 0.0,
+             exercises: tuple[str, ...] = ()) -> tuple[dict[str, str], list[Path]]:
     """What every platform's grader holds: generated files (name -> text) and the suite's."""
     bad = {v for v in visibility.values() if v not in VISIBILITIES}
     if bad:
         raise SystemExit(f"--visibility takes one of {', '.join(VISIBILITIES)}; got {bad}")
     files = sorted({p for pattern in SUITE_FILES for p in ROOT.glob(pattern)}
-                   | {Path(m) for m in graded_modules()})
+                   | {Path(m) for m in graded_modules(exercises=exercises)})
     config = {"entry": entry, "run_timeout_s": run_timeout_s, "observe": observe,
               "run_mem_mb": mem_mb, "suite_seed": suite_seed}
     generated = {
         "setup.sh": SETUP_SH.format(packages=" ".join(SUITE_PACKAGES), user=contain.RUN_USER),
         "autograder.json": json.dumps(config, indent=2) + "\n",
         "grading.json": json.dumps({"weights": weights, "visibility": visibility,
-                                    "not_checked_credit": not_checked_credit},
+                                    "not_checked_credit": not_checked_credit,
+                                    "exercises": list(exercises)},
                                    indent=2) + "\n",
     }
     return generated, files
@@ -145,10 +146,10 @@ def write_folder(out: Path, generated: dict[str, str], files: list[Path]) -> lis
 def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float],
           visibility: dict[str, str], observe: bool = True,
           mem_mb: int | None = None, suite_seed: int | None = None,
-          not_checked_credit: float = 0.0) -> list[str]:
+          not_checked_credit: float = 0.0, exercises: tuple[str, ...] = ()) -> list[str]:
     """Write the Gradescope autograder zip; return the names it holds."""
     generated, files = contents(entry, run_timeout_s, weights, visibility, observe, mem_mb,
-                                suite_seed, not_checked_credit)
+                                suite_seed, not_checked_credit, exercises)
     generated["run_autograder"] = RUN_AUTOGRADER
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
@@ -273,6 +274,9 @@ def parse_build_args(argv: list[str], prog: str, description: str, out_help: str
     ap.add_argument("--run-mem-mb", type=int, default=None,
                     help="memory one process of a run may allocate (default: "
                          f"{box.PROCESS_MB} MB, less where the box is smaller)")
+    ap.add_argument("--exercises", default="", metavar="NAMES",
+                    help="the lesson's exercises graded too, comma-separated: accumulation "
+                         "(accum: --micro-batches 4); default none (the invariants only)")
     ap.add_argument("--not-checked-credit", type=float, default=0.0, metavar="SHARE",
                     help="share of its points a check earns when a run it needs did not "
                          "finish (0 to 1; default 0: a run that fails earns nothing for the "
@@ -283,6 +287,10 @@ def parse_build_args(argv: list[str], prog: str, description: str, out_help: str
     if not 0.0 <= a.not_checked_credit <= 1.0:
         ap.error(f"--not-checked-credit {a.not_checked_credit}: give a share from 0 to 1")
     a.visibility = _pairs(a.visibility, "visibility")
+    try:
+        a.exercises = exercises_of(a.exercises)
+    except ValueError as e:
+        ap.error(f"--exercises: {e}")
     for warning in fit_warnings(a.run_timeout, a.run_mem_mb):
         print(f"warning: {warning}", file=sys.stderr)
     if a.suite_seed is None and not a.seed_per_session:
@@ -310,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.platform == "prairielearn":
         generated, files = contents(a.entry, a.run_timeout, weights, a.visibility,
                                     not a.no_observe, a.run_mem_mb, a.suite_seed,
-                                    a.not_checked_credit)
+                                    a.not_checked_credit, a.exercises)
         names = write_folder(a.out, {**generated, **prairielearn.grader_texts()}, files)
         print(f"wrote {a.out} ({len(names)} files): build and push its Dockerfile's image, "
               "then put info.json's externalGradingOptions in the question "
@@ -318,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     names = build(a.out, a.entry, a.run_timeout, weights, a.visibility,
                   observe=not a.no_observe, mem_mb=a.run_mem_mb, suite_seed=a.suite_seed,
-                  not_checked_credit=a.not_checked_credit)
+                  not_checked_credit=a.not_checked_credit, exercises=a.exercises)
     print(f"wrote {a.out} ({len(names)} files): upload it as the autograder of a "
           "Gradescope programming assignment (Ubuntu base image)")
     return 0

@@ -109,6 +109,7 @@ def check(module: str, results_path: Path) -> int:
         return 1
     mine = [t for t in results.get("tests", [])
             if f"test_invariant_{module}.py::" in t["name"]
+            or f"test_exercise_{module}.py::" in t["name"]
             or (module == "rollback" and "test_fault_rollback.py::" in t["name"])]
     if not mine:
         print(f"{module}: no graded test of this invariant in the results")
@@ -137,15 +138,17 @@ def main(argv: list[str] | None = None) -> int:
         run_session(a.submission, a.results)
         return 0  # the steps after it read the file; a failing submission is no failed step
     from tests.autograder import contents, parse_build_args
-    from tests.harness.grading import WEIGHTS
+    from tests.harness.grading import EXERCISES, WEIGHTS
     from tests.harness.session import ROOT
 
     a, weights = parse_build_args(argv, "python -m tests.classroom",
                                   "write a GitHub Classroom template's workflow and suite",
                                   "template folder (the repository's root)", "classroom")
-    weights = {**WEIGHTS, **weights}
+    # One step per graded module: the invariants and the exercises the grading selects.
+    weights = {**{k: v for k, v in WEIGHTS.items() if k not in EXERCISES
+                  or k in a.exercises}, **weights}
     generated, files = contents(a.entry, a.run_timeout, weights, a.visibility, not a.no_observe,
-                                a.run_mem_mb, a.suite_seed, a.not_checked_credit)
+                                a.run_mem_mb, a.suite_seed, a.not_checked_credit, a.exercises)
     names = write_template(a.out, a.entry, weights, generated, files, ROOT)
     print(f"wrote {len(names)} files under {a.out}: add them to the assignment's template "
           "repository (see GRADING.md there)")

@@ -39,6 +39,7 @@ from tqdm import tqdm
 from tests.harness import contain
 from tests.harness.class_jobs import EXECUTORS, JobResources, run_jobs
 from tests.harness.class_report import write_csv, write_feedback, write_summary
+from tests.harness.grading import exercises_of
 from tests.harness.roster import read_roster
 from tests.harness.session import Grading, assignment_seed
 
@@ -119,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds one student's whole session may take (default 600)")
     ap.add_argument("--no-observe", action="store_true",
                     help="submissions are not Python programs: no observed checks")
+    ap.add_argument("--exercises", default=None, metavar="NAMES",
+                    help="the lesson's exercises graded too, comma-separated (accumulation, "
+                         "or accum); default: the grading file's ($CAPSTONE_GRADING) "
+                         "\"exercises\", else none")
     ap.add_argument("--executor", choices=EXECUTORS, default="here",
                     help="here (default): this process; local / slurm: one submitit job per "
                          "submission (a job array on Slurm; needs the [class] extra)")
@@ -133,8 +138,12 @@ def main(argv: list[str] | None = None) -> int:
               "not faster", file=sys.stderr)
     if a.suite_seed is None and not a.seed_per_student:
         a.suite_seed = class_seed(a.out)
+    try:
+        exercises = None if a.exercises is None else exercises_of(a.exercises)
+    except ValueError as e:
+        ap.error(f"--exercises: {e}")
     g = Grading(a.entry, a.run_timeout, None, a.suite_seed, a.session_timeout,
-                observe=not a.no_observe)
+                observe=not a.no_observe, exercises=exercises)
     resources = JobResources(a.cpus_per_task, a.session_timeout / 60 + 5, a.partition,
                              a.array_parallelism)
     grades = grade_class(a.submissions, a.out, g, a.jobs, executor=a.executor,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.classroom import COMMAND_GRADER, COMMAND_GRADER_INPUTS, REPORTER, workflow
-from tests.harness.grading import WEIGHTS, graded_name
+from tests.harness.grading import INVARIANTS, WEIGHTS, graded_name
 
 yaml = pytest.importorskip("yaml", reason="the [class] extra (pip install -e '.[class]')")
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def _steps(template: Path) -> list[dict[str, Any]]:
 def test_the_workflow_uses_the_actions_documented_inputs(tmp_path):
     steps = _steps(_template(tmp_path / "t"))
     graders = [s for s in steps if s.get("uses") == COMMAND_GRADER]
-    assert [s["id"] for s in graders] == list(WEIGHTS)  # one graded step per invariant
+    assert [s["id"] for s in graders] == list(INVARIANTS)  # one graded step per invariant
     for s in graders:
         assert set(s["with"]) <= set(COMMAND_GRADER_INPUTS), s
         assert all(k in s["with"] for k, required in COMMAND_GRADER_INPUTS.items() if required)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.grade_class import grade_class
-from tests.harness.grading import WEIGHTS
+from tests.harness.grading import INVARIANTS
 from tests.harness.session import Grading
 
 STUDENTS = {
@@ -37,7 +37,7 @@ def test_a_class_of_broken_students_is_graded_and_resumed(tmp_path):
     with open(out / "grades.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["student"] for r in rows] == sorted(STUDENTS)
-    assert list(rows[0]) == ["student", "score", *WEIGHTS, "first_violation", "not_graded",
+    assert list(rows[0]) == ["student", "score", *INVARIANTS, "first_violation", "not_graded",
                              "sid", "email", "submission"]
     assert all(r["submission"] == r["student"] for r in rows)  # a plain folder per student
     assert all(r["not_graded"] == "" for r in rows)

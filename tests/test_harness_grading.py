@@ -9,17 +9,23 @@ import pytest
 
 from tests.harness.grading import (
     CONFIG_VAR,
+    EXERCISES,
+    INVARIANTS,
     LIKELY,
     NOT_CHECKED,
     NOT_GRADED,
     WEIGHTS,
+    exercises_of,
     graded_name,
+    selected_exercises,
     write_results,
 )
 
 
 def test_weights_total_100_and_only_graded_modules_count():
-    assert sum(WEIGHTS.values()) == 100
+    assert sum(v for k, v in WEIGHTS.items() if k not in EXERCISES) == 100
+    assert graded_name("tests/test_exercise_accumulation.py::test_x") == "accumulation"
+    assert graded_name("tests/test_exercises.py::test_x") is None  # the reference's units
     assert graded_name("tests/test_invariant_no_deadlock.py::test_x[base]") == "no_deadlock"
     assert graded_name("tests/test_fault_rollback.py::test_y[nan-12]") == "rollback"
     assert graded_name("tests/test_fault_mutants.py::test_z") is None
@@ -48,7 +54,7 @@ def test_a_test_that_never_reported_scores_0(tmp_path):
 
 def test_checks_turned_off_cost_no_points(tmp_path):
     """Under --no-observe the observed tests skip: the rest still add up to 100."""
-    collected = {f"tests/test_invariant_{m}.py::t": m for m in WEIGHTS if m != "rollback"}
+    collected = {f"tests/test_invariant_{m}.py::t": m for m in INVARIANTS if m != "rollback"}
     collected["tests/test_fault_rollback.py::t"] = "rollback"
     collected["tests/test_invariant_zero1_memory.py::measured"] = "zero1_memory"
     outcomes = {n: {"status": "passed", "output": ""} for n in collected}
@@ -66,7 +72,7 @@ def test_a_test_the_machine_could_not_grade_is_neither_passed_nor_failed(tmp_pat
     first; the class report flags the student for a regrade."""
     from tests.harness.class_report import feedback, per_invariant, write_csv
 
-    collected = {f"tests/test_invariant_{m}.py::t": m for m in WEIGHTS if m != "rollback"}
+    collected = {f"tests/test_invariant_{m}.py::t": m for m in INVARIANTS if m != "rollback"}
     outcomes = {n: {"status": "passed", "output": ""} for n in collected}
     why = f"{NOT_GRADED}base run: the grading machine ran out of memory (limit 768 MB)"
     outcomes["tests/test_invariant_no_deadlock.py::t"] = {"status": "skipped", "output": why}
@@ -135,17 +141,17 @@ def _deadlocked_outcomes(collected: dict[str, str]) -> dict[str, dict[str, Any]]
 def test_a_run_failed_on_purpose_earns_nothing_for_what_it_kept_from_running(tmp_path):
     """Default policy: a check whose run did not finish fails and earns 0, so stopping a run
     is never worth more than finishing it wrong; the output states the policy."""
-    collected = {f"tests/test_invariant_{m}.py::t": m for m in WEIGHTS}
+    collected = {f"tests/test_invariant_{m}.py::t": m for m in INVARIANTS}
     results = write_results(tmp_path / "r.json", collected, _deadlocked_outcomes(collected), 1.0)
     assert results["score"] == 0
     assert all(t["status"] == "failed" for t in results["tests"])
-    assert f"{len(WEIGHTS) - 1} check(s) were not checked" in results["output"]
+    assert f"{len(INVARIANTS) - 1} check(s) were not checked" in results["output"]
     assert "each earns 0% of its points" in results["output"]
 
 
 def test_the_instructor_may_give_not_checked_checks_a_share_of_their_points(tmp_path,
                                                                             monkeypatch):
-    collected = {f"tests/test_invariant_{m}.py::t": m for m in WEIGHTS}
+    collected = {f"tests/test_invariant_{m}.py::t": m for m in INVARIANTS}
     config = tmp_path / "grading.json"
     config.write_text(json.dumps({"not_checked_credit": 0.5}))
     monkeypatch.setenv(CONFIG_VAR, str(config))
@@ -155,3 +161,49 @@ def test_the_instructor_may_give_not_checked_checks_a_share_of_their_points(tmp_
     config.write_text(json.dumps({"not_checked_credit": 2}))
     with pytest.raises(ValueError, match="not_checked_credit"):
         write_results(tmp_path / "r.json", collected, {}, 1.0)
+
+
+def test_exercises_are_graded_only_where_a_grading_selects_them(tmp_path, monkeypatch):
+    from tests.harness.session import Grading, graded_modules, pytest_command
+
+    assert not any("test_exercise_" in m for m in graded_modules())
+    assert any(m.endswith("test_exercise_accumulation.py")
+               for m in graded_modules(exercises=("accum",)))
+    assert exercises_of("accum, accumulation") == ("accumulation",)
+    with pytest.raises(ValueError, match="unknown exercise"):
+        exercises_of("pipeline")
+    config = tmp_path / "grading.json"
+    config.write_text(json.dumps({"exercises": ["accumulation"]}))
+    assert selected_exercises(config) == ("accumulation",)
+    monkeypatch.delenv(CONFIG_VAR, raising=False)
+    assert selected_exercises() == ()
+    cmd = pytest_command(tmp_path / "r.json", Grading(grading_config=config, workers=1))
+    assert any(c.endswith("test_exercise_accumulation.py") for c in cmd)
+    cmd = pytest_command(tmp_path / "r.json", Grading(workers=1))
+    assert not any("test_exercise_" in c for c in cmd)
+
+
+def test_the_autograder_ships_the_exercises_it_grades():
+    from tests.autograder import contents, parse_build_args
+
+    a, weights = parse_build_args(["--out", "x", "--exercises", "accum", "--suite-seed", "1"],
+                                  "p", "d", "o")
+    generated, files = contents(a.entry, a.run_timeout, weights, a.visibility,
+                                exercises=a.exercises)
+    assert json.loads(generated["grading.json"])["exercises"] == ["accumulation"]
+    assert any(f.name == "test_exercise_accumulation.py" for f in files)
+    _, plain = contents("python3 main.py", 30, {}, {})
+    assert not any(f.name.startswith("test_exercise_") for f in plain)
+
+
+def test_the_class_report_shows_an_exercise_column_only_when_graded(tmp_path):
+    from tests.harness.class_report import INVARIANTS, columns
+
+    def results(names: list[str]) -> dict[str, Any]:
+        return {"score": 10.0, "tests": [{"name": f"tests/test_{n}.py::t", "score": 10.0,
+                                          "max_score": 10.0, "status": "passed"}
+                                         for n in names]}
+    plain = {"ann": results(["invariant_no_deadlock"])}
+    assert columns(plain) == INVARIANTS
+    graded = {"ann": results(["invariant_no_deadlock", "exercise_accumulation"])}
+    assert columns(graded) == (*INVARIANTS, "accumulation")

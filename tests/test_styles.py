@@ -91,3 +91,30 @@ def test_a_correct_program_of_the_corpus_passes_every_check(reference_only, run_
                      run_cache.seed)
     broken = {k: v for k, v in found.items() if v}
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
+
+
+def test_accumulating_in_a_flat_buffer_is_the_one_batch_gradient(reference_only, run_cache):
+    """Exercise 2 written another way: each micro-batch's gradients added into the flat
+    buffer the reduce-scatter reads (the reference accumulates in .grad)."""
+    found = evaluate(lambda spec: run_cache.get(style("flat_parameter"), spec),
+                     ("accumulation",), run_cache.seed)["accumulation"]
+    assert found == [], summarize(found)
+
+
+def test_micro_batches_summed_in_another_style_are_caught(reference_only, run_cache):
+    """The mistake of the mutant accum_summed, written in flat_parameter's style: caught
+    by the gradient, with the hint, not by numbers tuned to the reference."""
+    found = evaluate(lambda spec: run_cache.get(style("flat_parameter", "sum_micro"), spec),
+                     ("accumulation",), run_cache.seed)["accumulation"]
+    hints = diagnose("accumulation", found)
+    assert any("summed without dividing by M = 4" in h for h in hints), summarize(found)
+
+
+def test_a_program_without_the_exercise_is_told_so_once(reference_only, run_cache):
+    """tests/students/zero1.py rejects --micro-batches (exit 2): every check of exercise 2
+    says "exercise not implemented", and nothing else (no crash report, no numbers)."""
+    zero1 = (sys.executable, str(STYLES.parent / "students" / "zero1.py"))
+    found = evaluate(lambda spec: run_cache.get(zero1, spec), ("accumulation",),
+                     run_cache.seed)["accumulation"]
+    assert found and {v.message for v in found} == {
+        "exercise not implemented: the program rejects --micro-batches 4"}, summarize(found)

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.grading import (
+    EXERCISES,
+    INVARIANTS,
     NOT_GRADED,
-    WEIGHTS,
     WENT_WRONG,
     graded_name,
     per_invariant,
@@ -22,7 +23,11 @@ from tests.harness.grading import (
 from tests.harness.pictures import render
 from tests.harness.roster import Student
 
-INVARIANTS = tuple(WEIGHTS)
+
+def columns(grades: dict[str, dict[str, Any]]) -> tuple[str, ...]:
+    """The invariants, then the lesson's exercises some student was graded on."""
+    graded = {name for r in grades.values() for name in per_invariant(r)}
+    return INVARIANTS + tuple(e for e in EXERCISES if e in graded)
 
 
 def _points(x: float) -> str:
@@ -35,20 +40,21 @@ def write_csv(path: Path, grades: dict[str, dict[str, Any]],
     violation, not graded, SID, email, submission. `who`: each submission's students (a
     group's members each get the group's row); by default the submission is the student."""
     who = who or {}
+    cols = columns(grades)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["student", "score", *INVARIANTS, "first_violation", "not_graded", "sid",
+        w.writerow(["student", "score", *cols, "first_violation", "not_graded", "sid",
                     "email", "submission"])
         rows = [(s, name, results) for name, results in grades.items()
                 for s in who.get(name, (Student(name),))]
         for person, name, results in sorted(rows, key=lambda r: (r[0].name, r[1])):
             inv = per_invariant(results)
-            failed = [(k, v) for k in sorted(INVARIANTS, key=read_order)
+            failed = [(k, v) for k in sorted(cols, key=read_order)
                       if (v := inv.get(k)) and not v["passed"]]
             first = f"{failed[0][0]}: {failed[0][1]['first']}" if failed else ""
-            spoiled = " ".join(k for k in INVARIANTS if inv.get(k, {}).get("not_graded"))
+            spoiled = " ".join(k for k in cols if inv.get(k, {}).get("not_graded"))
             w.writerow([person.name, _points(results.get("score", 0.0)),
-                        *(_points(inv[k]["score"]) if k in inv else "" for k in INVARIANTS),
+                        *(_points(inv[k]["score"]) if k in inv else "" for k in cols),
                         first, spoiled, person.sid, person.email, name])
 
 
@@ -164,9 +170,10 @@ def score_bins(scores: list[float]) -> list[tuple[str, int]]:
 def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
     """summary.md (and summary.png when matplotlib is there): the distribution of scores,
     and per invariant the students failing it with their most likely cause."""
-    counts: Counter[str] = Counter({k: 0 for k in INVARIANTS})
-    causes: dict[str, Counter[str]] = {k: Counter() for k in INVARIANTS}
-    who: dict[str, list[str]] = {k: [] for k in INVARIANTS}
+    cols = columns(grades)
+    counts: Counter[str] = Counter({k: 0 for k in cols})
+    causes: dict[str, Counter[str]] = {k: Counter() for k in cols}
+    who: dict[str, list[str]] = {k: [] for k in cols}
     for student, results in sorted(grades.items()):
         for name, row in per_invariant(results).items():
             if not row["passed"] and not row["consequence"]:
@@ -200,7 +207,7 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
               "counted under its cause above, not here):", "",
               "| invariant | students failing | most common likely cause | who (their most "
               "likely cause) |", "|---|---|---|---|"]
-    for name in INVARIANTS:
+    for name in cols:
         top = causes[name].most_common(1)
         cause = _short(top[0][0], 160) if top else ""
         lines.append(f"| {name} | {counts[name]} | {cause} | {'; '.join(who[name])} |")
@@ -228,7 +235,7 @@ def _plot(path: Path, counts: Counter[str], scores: list[float],
     from matplotlib.ticker import MaxNLocator
 
     students = len(scores)
-    names = list(INVARIANTS)[::-1]
+    names = list(counts)[::-1]
     causes = sorted((by_cause or {}).items(), key=lambda kv: kv[1])[-8:]
     fig, (hist, ax, why) = plt.subplots(1, 3, figsize=(18, 0.45 * len(names) + 1.4))
     if causes:

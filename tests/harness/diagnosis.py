@@ -226,6 +226,12 @@ def _communication(vs: list[Violation], n: int) -> list[str]:
     return found
 
 
+def _accumulation(vs: list[Violation], n: int) -> list[str]:
+    """Exercise 2's checks say what the micro-batches did wrong: their messages are the
+    hints."""
+    return [v.message for v in vs if v.invariant == "accumulation" and v.message]
+
+
 DIAGNOSERS: dict[str, Diagnoser] = {
     "equal_rank_norms": _equal_norms,
     "single_process_parity": _parity,
@@ -236,6 +242,7 @@ DIAGNOSERS: dict[str, Diagnoser] = {
     "rank_killed": _rollback,
     "no_deadlock": _deadlock,
     "communication": _communication,
+    "accumulation": _accumulation,
 }
 
 

@@ -25,6 +25,14 @@ WEIGHTS: dict[str, float] = {
     "rollback": 10,
     "communication": 10,
 }
+# The lesson's exercises (contract v1's optional flags): graded only where the grading
+# selects them (`--exercises`, the grading file's "exercises", `-k exercise`), each module
+# with its own weight on top of the invariants' 100.
+EXERCISES: dict[str, float] = {
+    "accumulation": 10,  # exercise 2: --micro-batches M
+}
+INVARIANTS = tuple(WEIGHTS)  # what every grading grades
+WEIGHTS.update(EXERCISES)
 # Gradescope's: "visible", "hidden", "after_due_date", "after_published".
 VISIBILITY: dict[str, str] = {name: "visible" for name in WEIGHTS}
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
@@ -36,8 +44,9 @@ WENT_WRONG = "What went wrong:\n"  # opens the text of a failed grading
 # The order a student should read failures in: how the run ended and what the ranks did first
 # (later failures are often their consequences), then the numbers.
 ROOT_CAUSE_ORDER = ("no_deadlock", "communication", "equal_rank_norms", "single_process_parity",
-                    "monotonic_loss", "zero1_memory", "byte_exact_resume", "rollback")
-_MODULE = re.compile(r"(?:^|/)test_(?:invariant|fault)_(?P<name>\w+)\.py::")
+                    "monotonic_loss", "zero1_memory", "byte_exact_resume", "rollback",
+                    *EXERCISES)
+_MODULE = re.compile(r"(?:^|/)test_(?:invariant|fault|exercise)_(?P<name>\w+)\.py::")
 
 
 def graded_name(nodeid: str) -> str | None:
@@ -68,6 +77,28 @@ def grading_config() -> tuple[dict[str, float], dict[str, str]]:
         if bad:
             raise ValueError(f"{path}: visibility {sorted(bad)}; use one of {VISIBILITIES}")
     return weights, visibility
+
+
+def exercises_of(names: Any) -> tuple[str, ...]:
+    """The exercises a grading selects, checked: names from EXERCISES (short forms "tp" and
+    "accum" too), from a list or a comma-separated string."""
+    if isinstance(names, str):
+        names = [n for n in names.split(",") if n.strip()]
+    short = {"accum": "accumulation", "tp": "tensor_parallel"}
+    out = tuple(dict.fromkeys(short.get(n.strip(), n.strip()) for n in names or []))
+    unknown = [n for n in out if n not in EXERCISES]
+    if unknown:
+        raise ValueError(f"unknown exercise(s) {unknown}: choose from {sorted(EXERCISES)}")
+    return out
+
+
+def selected_exercises(path: Path | None = None) -> tuple[str, ...]:
+    """The exercises the grading file (`path`, else $CAPSTONE_GRADING) selects: its
+    "exercises" list; none without one (the default grading is the invariants')."""
+    path = path or (Path(os.environ[CONFIG_VAR]) if os.environ.get(CONFIG_VAR) else None)
+    if path is None:
+        return ()
+    return exercises_of(json.loads(path.read_text()).get("exercises", []))
 
 
 def not_checked_credit() -> float:

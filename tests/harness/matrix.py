@@ -14,6 +14,13 @@ from tests.harness.checks import (
     check_rollback,
     check_zero_memory,
 )
+from tests.harness.exercise_checks import (
+    check_accumulated_gradient,
+    check_follows_one_batch,
+    check_micro_batches,
+    check_one_reduction,
+    not_implemented,
+)
 from tests.harness.fault_checks import (
     check_fault_took_effect,
     check_killed,
@@ -28,6 +35,8 @@ from tests.harness.observed_checks import (
 from tests.harness.runs import (
     BASE,
     MEM1,
+    MICRO,
+    MICRO_BATCHES,
     N2,
     RESUMED,
     SINGLE,
@@ -68,6 +77,16 @@ def _rollback(run: Getter, seed: int) -> list[Violation]:
     return check_rollback(run(BASE), late, *probe) + check_fault_took_effect(late, *probe)
 
 
+def _accumulation(run: Getter) -> list[Violation]:
+    """Exercise 2: one line for a program that rejects --micro-batches, else every check."""
+    many = run(MICRO)
+    return not_implemented(many, f"--micro-batches {MICRO_BATCHES}") or (
+        check_micro_batches(many, MICRO.batch_size, MICRO_BATCHES)
+        + check_one_reduction(run(BASE), many, MICRO_BATCHES)
+        + check_accumulated_gradient(run(BASE), many, MICRO_BATCHES)
+        + check_follows_one_batch(run(BASE), many, MICRO_BATCHES))
+
+
 # Each check as a function of a run getter and the session's seed (which draws the steps and
 # ranks of the faults, as the graded modules draw them).
 CHECKS: dict[str, Callable[[Getter, int], list[Violation]]] = {
@@ -84,9 +103,15 @@ CHECKS: dict[str, Callable[[Getter, int], list[Violation]]] = {
     "byte_exact_resume": lambda run, _: check_resume(run(BASE), run(RESUMED), 10),
     "single_process_parity": lambda run, _: check_parity(run(BASE), run(SINGLE)),
     "rollback": _rollback,
+    # Exercise 2 (graded where a grading selects it): --micro-batches 4 against one batch.
+    "accumulation": lambda run, _: _accumulation(run),
     # Not an invariant module of its own: graded under rollback (test_fault_rollback.py).
     "rank_killed": lambda run, seed: [v for kind in KILLS for v in _killed(run, kind, seed)],
 }
+# The invariants every submission is graded on (the exercises' columns only where a grading
+# selects them: a program of contract v1 may reject their flags).
+EXERCISE_CHECKS = ("accumulation",)
+INVARIANT_CHECKS = tuple(k for k in CHECKS if k not in EXERCISE_CHECKS)
 # Checks that need only the base run: evaluated for every mutant, since they cost nothing.
 # (zero1_memory also measures N = 1 and 2 runs: evaluated where it is a target.)
 FROM_BASE_RUN = ("monotonic_loss", "equal_rank_norms", "no_deadlock", "communication")

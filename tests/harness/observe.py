@@ -42,6 +42,8 @@ class Call:
     #                           before in the step (a chunk sent to many peers counts once)
     nonfinite: bool = False  # the data the rank put in held a NaN or an infinity
     values: list[float] = field(default_factory=list)  # a small reduction's inputs
+    # A gradient-sized reduction's input: n, sum, sq (sum of squares), sample (16 elements)
+    digest: dict[str, Any] | None = None
 
     @property
     def p2p(self) -> bool:
@@ -164,7 +166,8 @@ def _call(rec: dict[str, Any]) -> Call:
                 is_async=bool(rec.get("async")), peer=str(rec.get("peer", "")),
                 fresh=None if fresh is None else int(fresh),
                 nonfinite=bool(rec.get("nonfinite")),
-                values=[float(v) for v in rec.get("values") or []])
+                values=[float(v) for v in rec.get("values") or []],
+                digest=rec.get("digest"))
 
 
 def read_process(path: Path) -> ProcessTrace | None:

@@ -68,6 +68,9 @@ N2 = RunSpec("n2", world_size=2, batch_size=4, steps=6, checkpoint_every=3)
 N3 = RunSpec("n3", world_size=3, batch_size=4, steps=3, checkpoint_every=3)
 MEM1 = RunSpec("mem1", world_size=1, batch_size=4, steps=6, checkpoint_every=3)
 RESUMED = RunSpec("resumed", resume_from=(BASE, 10))
+# Exercise 2: BASE with each rank's 4 rows as 4 micro-batches of 1 (compared with BASE).
+MICRO_BATCHES = 4
+MICRO = RunSpec(f"micro{MICRO_BATCHES}", extra=("--micro-batches", str(MICRO_BATCHES)))
 
 
 def faulted(kind: str, step: int) -> RunSpec:

@@ -19,15 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness import box
-from tests.harness.grading import CONFIG_VAR, grading_config
+from tests.harness.grading import (
+    CONFIG_VAR,
+    exercises_of,
+    grading_config,
+    selected_exercises,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 GRADED = ("test_invariant_*.py", "test_fault_rollback.py")
 
 
-def graded_modules(root: Path = ROOT) -> list[str]:
-    """The graded test modules of the suite at `root`, as paths."""
-    return sorted(str(p) for pattern in GRADED for p in (root / "tests").glob(pattern))
+def graded_modules(root: Path = ROOT, exercises: tuple[str, ...] = ()) -> list[str]:
+    """The graded test modules of the suite at `root`, as paths, with the modules of the
+    lesson's `exercises` the grading selects."""
+    return sorted(str(p) for pattern in GRADED for p in (root / "tests").glob(pattern)) + [
+        str(root / "tests" / f"test_exercise_{name}.py") for name in exercises_of(exercises)]
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,8 @@ class Grading:
     file_mb: int = 64  # largest file a run may write (its logs included): floods stop there
     observe: bool = True  # False: --no-observe, for submissions that are not Python programs
     mem_mb: int | None = None  # what one process of a run may allocate (None: from the box)
+    exercises: tuple[str, ...] | None = None  # the lesson's exercises graded too (None: the
+    #                                           grading file's "exercises", else none)
 
     def resolved(self) -> Grading:
         """Workers and memory cap chosen for the box this machine is now."""
@@ -59,7 +68,9 @@ def pytest_command(results: Path, g: Grading, root: Path = ROOT) -> list[str]:
     # it rewrites the asserts of its ~80 modules in every process (~0.7 CPU-s each).
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            "-p", "no:hypothesispytest", "--rootdir", str(root), "-c", str(root / "pyproject.toml"),
-           *graded_modules(root), "--impl", g.entry, "--run-timeout", str(g.run_timeout_s),
+           *graded_modules(root, g.exercises if g.exercises is not None
+                           else selected_exercises(g.grading_config)),
+           "--impl", g.entry, "--run-timeout", str(g.run_timeout_s),
            "--run-file-mb", str(g.file_mb), "--run-mem-mb", str(g.mem_mb),
            "--grade-json", str(results)]
     if g.workers:

@@ -401,6 +401,61 @@ def grads_never_cleared() -> None:
         self.model, self.x, self.y, self.cfg.micro_batches)
 
 
+def _micro_batches() -> int:
+    """--micro-batches as the run was given it (1 without the flag)."""
+    import sys
+
+    argv = sys.argv
+    return int(argv[argv.index("--micro-batches") + 1]) if "--micro-batches" in argv else 1
+
+
+def accum_summed() -> None:
+    """Exercise 2: the micro-batches' gradients summed, not averaged (each loss's backward
+    without the 1/M): the reduced gradient is M times the one-batch gradient."""
+    def summed(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+               micro_batches: int) -> torch.Tensor:
+        total = torch.zeros(())
+        for xs, ys in zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True):
+            _, loss = model(xs, ys)
+            loss.backward()
+            total += loss.detach() / micro_batches
+        return total
+    trainer.accumulate_gradients = summed
+
+
+def accum_reduce_each() -> None:
+    """Exercise 2: the gradient reduced after every micro-batch's backward: M reductions of
+    a partial gradient per step, whose sum is the right gradient (the numbers agree; the
+    traffic is M times)."""
+    real = zero.reduce_scatter_mean
+    m = _micro_batches()
+
+    def per_micro_batch(out: torch.Tensor, flat: torch.Tensor, size: int,
+                        group: Any = None) -> None:
+        piece = torch.empty_like(out)
+        out.zero_()
+        for i in range(m):  # unequal parts, as micro-batches' gradients are: 1..m of m(m+1)/2
+            real(piece, flat * ((i + 1) / (m * (m + 1) / 2)), size, group)
+            out += piece
+    zero.reduce_scatter_mean = per_micro_batch
+
+
+def accum_overlap() -> None:
+    """Exercise 2: micro-batches that overlap: micro-batch i starts one row early (its B/M
+    rows include the last row of micro-batch i-1; the rank's last row is never seen)."""
+    def overlapping(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                    micro_batches: int) -> torch.Tensor:
+        s = x.size(0) // micro_batches
+        total = torch.zeros(())
+        for i in range(micro_batches):
+            start = max(0, i * s - 1)
+            _, loss = model(x[start:start + s], y[start:start + s])
+            (loss / micro_batches).backward()
+            total += loss.detach() / micro_batches
+        return total
+    trainer.accumulate_gradients = overlapping
+
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("no_broadcast", ("equal_rank_norms", "single_process_parity"), no_broadcast,
            hint="initial broadcast is missing"),
@@ -462,4 +517,11 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            hint="gradients accumulate across steps"),
     Mutant("reduced_per_micro_batch", ("communication",), reduced_per_micro_batch,
            hint="reduced 2 times per step at one call site"),
+    # Exercise 2 (--micro-batches 4): each is the reference at M = 1.
+    Mutant("accum_summed", ("accumulation",), accum_summed,
+           hint="summed without dividing by M = 4"),
+    Mutant("accum_reduce_each", ("accumulation",), accum_reduce_each,
+           hint="reduced after every micro-batch"),
+    Mutant("accum_overlap", ("accumulation",), accum_overlap,
+           hint="cover each of the rank's rows exactly once"),
 ]}

@@ -571,6 +571,7 @@ def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
     small = [t for t in _tensors(bound.get("tensor")) if t.is_floating_point()]
     record = {"op": op, "numel_in": ins, "numel_out": outs, "dtypes": dtypes,
               **({"nonfinite": True} if nonfinite else {}),
+              **_digest(op, bound),
               # A few numbers reduced (a loss, a norm, a guard's flag): what the guard reads.
               **({"values": [float(x) for x in small[0].detach().reshape(-1).tolist()]}
                  if op in _REDUCING and len(small) == 1 and small[0].numel() <= 4 else {}),
@@ -582,6 +583,34 @@ def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
 
 
 _REDUCING = ("all_reduce", "reduce")
+# Calls whose input may be a gradient on its way to a reduction (a reduce-scatter written as
+# an all-to-all too): a digest of what the rank puts in, to compare a step's gradient between
+# two runs (the exercise's micro-batches against one batch) without keeping the tensor.
+_GRADIENT_IN = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+                "all_to_all", "all_to_all_single")
+_DIGEST_MIN = 1024  # elements: a gradient, not a loss, a norm or a guard's flag
+_SAMPLES = 16
+
+
+def _digest(op: str, bound: dict[str, Any]) -> dict[str, Any]:
+    """For a reduction's floating input of a gradient's size: its sum, its sum of squares
+    (float64) and _SAMPLES elements at evenly spaced positions; else nothing."""
+    import torch
+
+    if op not in _GRADIENT_IN:
+        return {}
+    name = "input" if op in ("reduce_scatter_tensor", "all_to_all_single") else (
+        "input_list" if op == "reduce_scatter" else "input_tensor_list" if op == "all_to_all"
+        else "tensor")
+    parts = [t for t in _tensors(bound.get(name)) if t.is_floating_point()]
+    n = sum(t.numel() for t in parts)
+    if n < _DIGEST_MIN:
+        return {}
+    with torch.no_grad():
+        flat = torch.cat([t.detach().reshape(-1) for t in parts]).to(torch.float64)
+        picks = flat[torch.linspace(0, n - 1, _SAMPLES).long()]
+        return {"digest": {"n": n, "sum": float(flat.sum()), "sq": float(flat.square().sum()),
+                           "sample": [float(v) for v in picks.tolist()]}}
 _RECEIVING = ("recv", "irecv", "broadcast", "broadcast_object_list")
 _BY_HAND = ("all_to_all", "all_to_all_single", "send", "isend", "batch_isend_irecv")
 _INDEX_NODES = ("EmbeddingBackward", "IndexBackward", "NllLossBackward", "NllLoss2DBackward",

@@ -4,7 +4,8 @@ holds P + P/N elements of `nn.Parameter`, and only P of them are the model's). R
 `torch.multiprocessing.spawn`, a file rendezvous.
 
 `python flat_parameter.py reduce80 --out DIR ...` makes a mistake in the same style: 80% of
-each slice is reduce-scattered, the rest taken from the rank's own gradient.
+each slice is reduce-scattered, the rest taken from the rank's own gradient; `sum_micro`,
+exercise 2's: the micro-batches' gradients summed into the flat buffer without dividing by M.
 """
 
 import sys
@@ -27,5 +28,7 @@ if __name__ == "__main__":
     style = lesson.Style()
     if argv and argv[0] == "reduce80":
         style, argv = replace(style, reduce_fraction=0.8), argv[1:]
+    elif argv and argv[0] == "sum_micro":
+        style, argv = replace(style, sum_micro=True), argv[1:]
     a = lesson.parse(argv)
     mp.spawn(rank_main, args=(argv, style), nprocs=a.world_size)

@@ -8,11 +8,17 @@ and stepped (a flat `nn.Parameter` under `torch.optim.Adam`, a `torch.optim.Opti
 own), how the gradient is computed (`.backward()` or `torch.autograd.grad`), and who writes
 the checkpoint (the loop, or a background thread). The suite never imports any of it: it runs
 each file as a command, as it runs a student's.
+
+Each also does the lesson's exercise 2 (`--micro-batches M`) the way its style would: the
+micro-batches' gradients summed into a flat buffer (`.backward()`), summed from
+`torch.autograd.grad` (the `use_grad` style), or left in DDP's gradients under `no_sync` until
+the last micro-batch's backward reduces them (the `ddp` style).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -66,7 +72,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     for flag, default in (("--world-size", 4), ("--steps", 20), ("--seed", 0),
-                          ("--batch-size", 4), ("--checkpoint-every", 10)):
+                          ("--batch-size", 4), ("--checkpoint-every", 10),
+                          ("--micro-batches", 1)):
         ap.add_argument(flag, type=int, default=default)
     ap.add_argument("--resume")
     ap.add_argument("--inject")
@@ -148,6 +155,7 @@ class Style:
     thread_save: bool = False  # a background thread writes the checkpoint
     reduce_fraction: float = 1.0  # a mistake: reduce only this much of the gradient
     ddp: bool = False  # DDP's backward, its comm hook reduce-scattering (ZeroHook)
+    sum_micro: bool = False  # a mistake: micro-batch gradients summed, not divided by M
 
 
 class Saver:
@@ -272,7 +280,8 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     if style.ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        forward, hook = DDP(model), ZeroHook(params, rank, n, S)
+        ddp = DDP(model)
+        forward, hook = ddp, ZeroHook(params, rank, n, S)
         # DDP reads a hook's annotations, which `from __future__ import annotations` turns
         # into strings it rejects: hand it an unannotated callable
         forward.register_comm_hook(hook, lambda h, bucket: h.reduce_scatter(bucket))
@@ -292,27 +301,42 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     kind, _, at = (a.inject or "none@0").partition("@")
     fired, prev, step, in_a_row = False, None, start + 1, 0
     saver = Saver(a.out, rank, n, P, style.thread_save)
+    m = a.micro_batches  # exercise 2: M micro-batches of B/M rows, one reduction per step
+    if a.batch_size % m:
+        raise SystemExit(f"--batch-size {a.batch_size} does not split into {m} micro-batches")
+    micro = list(zip(x.chunk(m), y.chunk(m), strict=True))
+    scale = 1 if style.sum_micro else m
     while step <= a.steps:
         for p in params:
             p.grad = None
-        loss = forward(x, y)
         poison = kind == "nan" and step == int(at) and not fired and rank == 0
-        if hook is not None:  # DDP's backward: its comm hook reduce-scatters the gradient
-            hook.poison = poison
-            loss.backward()
+        losses = []
+        if hook is not None:  # DDP's backward: its comm hook reduce-scatters the gradient,
+            hook.poison = poison  # deferred (no_sync) to the last micro-batch's backward
+            for i, (xs, ys) in enumerate(micro):
+                with ddp.no_sync() if i < m - 1 else contextlib.nullcontext():
+                    part = forward(xs, ys)
+                    (part / scale).backward()
+                losses.append(part.detach())
             mine = hook.mine
-        else:
-            if style.use_grad:
-                grads = torch.autograd.grad(loss, params)
-            else:
-                loss.backward()
-                grads = tuple(p.grad if p.grad is not None else torch.zeros_like(p)
-                              for p in params)
+        else:  # the micro-batches' gradients summed into a flat buffer, reduced once
             full = torch.zeros(S * n)
-            full[:P] = torch.cat([g.reshape(-1) for g in grads])
+            for xs, ys in micro:
+                part = forward(xs, ys)
+                if style.use_grad:
+                    grads = torch.autograd.grad(part / scale, params)
+                else:
+                    (part / scale).backward()
+                    grads = tuple(p.grad if p.grad is not None else torch.zeros_like(p)
+                                  for p in params)
+                    for p in params:
+                        p.grad = None
+                full[:P] += torch.cat([g.reshape(-1) for g in grads])
+                losses.append(part.detach())
             if poison:
                 full[:P] = float("nan")
             mine = reduce_slice(full, rank, n, style.reduce_fraction)
+        loss = torch.stack(losses).mean() if m > 1 else losses[0]
         saver.publish()  # a shard written on a thread, while this step computed
         stats = torch.stack([loss.detach().double(), mine.double().square().sum()])
         dist.all_reduce(stats)

@@ -1,0 +1,63 @@
+"""Exercise 2 of the lesson: gradient accumulation over M = 4 micro-batches (contract v1's
+optional `--micro-batches M`). A graded module when the grading selects the exercise
+(`--exercises accumulation`, or `-k exercise`).
+
+The run with `--micro-batches 4` is compared with the same program's one-batch run (the base
+run): each backward pass computes on B/M rows, the gradient is reduced once per step, the
+gradient step 1 reduces is the one-batch gradient element by element, and the losses follow
+the one-batch run's at every step. A program that rejects the flag (exit 2) is told
+"exercise not implemented", once per test, and nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.harness.exercise_checks import (
+    EXIT_USAGE,
+    NOT_IMPLEMENTED,
+    check_accumulated_gradient,
+    check_follows_one_batch,
+    check_micro_batches,
+    check_one_reduction,
+)
+from tests.harness.runs import BASE, MICRO, MICRO_BATCHES
+
+M = MICRO_BATCHES
+FLAG = f"--micro-batches {M}"
+
+
+@pytest.fixture
+def micro(run, record_property):
+    """The --micro-batches run: a program that rejects the flag fails here with one line."""
+    r = run(MICRO)
+    if r.outcome.returncode == EXIT_USAGE:
+        line = f"{NOT_IMPLEMENTED}: the program rejects {FLAG} (exit 2)"
+        record_property("reason", line)
+        pytest.fail(line, pytrace=False)
+    return r
+
+
+@pytest.fixture
+def observed_micro(micro, run):
+    if micro.observed is None or run(BASE).observed is None:
+        pytest.skip("the observer is off (--no-observe)")
+    return micro
+
+
+def test_each_backward_computes_on_b_over_m_rows(observed_micro, holds):
+    holds(check_micro_batches(observed_micro, MICRO.batch_size, M),
+          f"rows per backward pass with {FLAG}")
+
+
+def test_the_gradient_is_reduced_once_per_step(observed_micro, run, holds):
+    holds(check_one_reduction(run(BASE), observed_micro, M),
+          f"reductions per step with {FLAG} against one batch")
+
+
+def test_the_accumulated_gradient_is_the_one_batch_gradient(observed_micro, run, holds):
+    holds(check_accumulated_gradient(run(BASE), observed_micro, M),
+          f"step 1's gradient with {FLAG} against one batch")
+
+
+def test_the_losses_follow_the_one_batch_run(micro, run, holds):
+    holds(check_follows_one_batch(run(BASE), micro, M), f"{FLAG} vs one batch, every step")
