@@ -5,7 +5,10 @@ optimizer state is found wherever Python holds it (numpy too); a crash's cause i
 by the rank's own exception or the suite's kill, whatever the launcher.
 
 Every program of the corpus is graded on every check under `-m styles` (minutes: a few runs
-each, spawn-style and torchrun launchers start torch once per rank)."""
+each, spawn-style and torchrun launchers start torch once per rank), and on the lesson's
+exercises it does: accumulation by a flat buffer, by autograd.grad sums and under DDP's
+no_sync; the heads by hand over dist.new_group groups and by DTensor's
+ColwiseParallel/RowwiseParallel on a DeviceMesh (dtensor_heads.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.diagnosis import diagnose
-from tests.harness.matrix import CHECKS, evaluate
+from tests.harness.matrix import INVARIANT_CHECKS, evaluate
 from tests.harness.observed_checks import check_zero_traffic, params_with_source
 from tests.harness.runs import BASE, nemesis_kill, nemesis_of
 from tests.harness.state_checks import WHOLE_HINT
@@ -24,7 +27,11 @@ from tests.harness.work_checks import check_reduced
 
 STYLES = Path(__file__).resolve().parent / "styles"
 CORPUS = ("flat_parameter", "optimizer_class", "process_spawn", "subprocess_ranks",
-          "torchrun_ranks", "ddp_hook")
+          "torchrun_ranks", "ddp_hook", "dtensor_heads")
+# The lesson's exercises each program does (every one accumulates; ddp_hook rejects
+# --tensor-parallel: DDP over a data-parallel group beside head parallelism is not written)
+EXERCISES_DONE = {name: ("accumulation", "tensor_parallel") for name in CORPUS} | {
+    "ddp_hook": ("accumulation",)}
 pytestmark = pytest.mark.fault
 
 
@@ -87,8 +94,8 @@ def test_ranks_raising_the_same_are_told_once(reference_only, run_cache):
 @pytest.mark.styles
 @pytest.mark.parametrize("name", CORPUS)
 def test_a_correct_program_of_the_corpus_passes_every_check(reference_only, run_cache, name):
-    found = evaluate(lambda spec: run_cache.get(style(name), spec), tuple(CHECKS),
-                     run_cache.seed)
+    found = evaluate(lambda spec: run_cache.get(style(name), spec),
+                     INVARIANT_CHECKS + EXERCISES_DONE[name], run_cache.seed)
     broken = {k: v for k, v in found.items() if v}
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
 

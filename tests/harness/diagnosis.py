@@ -232,6 +232,14 @@ def _accumulation(vs: list[Violation], n: int) -> list[str]:
     return [v.message for v in vs if v.invariant == "accumulation" and v.message]
 
 
+def _tensor_parallel(vs: list[Violation], n: int) -> list[str]:
+    """Exercise 1's checks name the part of the f/g pair or the heads that is wrong; a loss
+    that parts from one rank's only says so, last."""
+    said = [v.message for v in vs if v.invariant == "tensor_parallel" and v.message]
+    return sorted(dict.fromkeys(said), key=lambda m: m.startswith("the ") and "does not "
+                  "compute the one-rank model" in m)
+
+
 DIAGNOSERS: dict[str, Diagnoser] = {
     "equal_rank_norms": _equal_norms,
     "single_process_parity": _parity,
@@ -243,6 +251,7 @@ DIAGNOSERS: dict[str, Diagnoser] = {
     "no_deadlock": _deadlock,
     "communication": _communication,
     "accumulation": _accumulation,
+    "tensor_parallel": _tensor_parallel,
 }
 
 

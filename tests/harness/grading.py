@@ -29,6 +29,7 @@ WEIGHTS: dict[str, float] = {
 # selects them (`--exercises`, the grading file's "exercises", `-k exercise`), each module
 # with its own weight on top of the invariants' 100.
 EXERCISES: dict[str, float] = {
+    "tensor_parallel": 10,  # exercise 1: --tensor-parallel T
     "accumulation": 10,  # exercise 2: --micro-batches M
 }
 INVARIANTS = tuple(WEIGHTS)  # what every grading grades

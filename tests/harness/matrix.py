@@ -40,6 +40,9 @@ from tests.harness.runs import (
     N2,
     RESUMED,
     SINGLE,
+    TP,
+    TP2,
+    TP2DP2,
     RunSpec,
     fault_step,
     faulted,
@@ -48,6 +51,13 @@ from tests.harness.runs import (
     resumed_after,
 )
 from tests.harness.state_checks import check_state_location
+from tests.harness.tp_checks import (
+    check_heads,
+    check_tp_loss,
+    check_tp_rows,
+    check_tp_traffic,
+)
+from tests.harness.tp_checks import not_implemented as not_implemented_tp
 from tests.harness.violations import Violation
 from tests.harness.work_checks import check_data_parallel, check_reduced
 
@@ -87,6 +97,20 @@ def _accumulation(run: Getter) -> list[Violation]:
         + check_follows_one_batch(run(BASE), many, MICRO_BATCHES))
 
 
+def _tensor_parallel(run: Getter) -> list[Violation]:
+    """Exercise 1: one line for a program that rejects --tensor-parallel, else every check
+    on T = 2 over 2 ranks and over 4 (data parallelism of 2 beside it)."""
+    first = run(TP2)
+    if not_implemented_tp(first, TP):
+        return not_implemented_tp(first, TP)
+    out: list[Violation] = []
+    for spec in (TP2, TP2DP2):
+        tp = run(spec)
+        out += (check_tp_loss(tp, run(SINGLE), TP) + check_heads(tp, run(SINGLE), TP)
+                + check_tp_traffic(tp, TP, spec.batch_size) + check_tp_rows(tp, TP))
+    return out
+
+
 # Each check as a function of a run getter and the session's seed (which draws the steps and
 # ranks of the faults, as the graded modules draw them).
 CHECKS: dict[str, Callable[[Getter, int], list[Violation]]] = {
@@ -105,12 +129,14 @@ CHECKS: dict[str, Callable[[Getter, int], list[Violation]]] = {
     "rollback": _rollback,
     # Exercise 2 (graded where a grading selects it): --micro-batches 4 against one batch.
     "accumulation": lambda run, _: _accumulation(run),
+    # Exercise 1 (graded where a grading selects it): --tensor-parallel 2.
+    "tensor_parallel": lambda run, _: _tensor_parallel(run),
     # Not an invariant module of its own: graded under rollback (test_fault_rollback.py).
     "rank_killed": lambda run, seed: [v for kind in KILLS for v in _killed(run, kind, seed)],
 }
 # The invariants every submission is graded on (the exercises' columns only where a grading
 # selects them: a program of contract v1 may reject their flags).
-EXERCISE_CHECKS = ("accumulation",)
+EXERCISE_CHECKS = ("accumulation", "tensor_parallel")
 INVARIANT_CHECKS = tuple(k for k in CHECKS if k not in EXERCISE_CHECKS)
 # Checks that need only the base run: evaluated for every mutant, since they cost nothing.
 # (zero1_memory also measures N = 1 and 2 runs: evaluated where it is a target.)

@@ -76,6 +76,8 @@ class ProcessTrace:
     backwards: list[int] = field(default_factory=list)  # start times, ns
     work: list[dict[str, int]] = field(default_factory=list)  # per backward: tokens, rows
     leaf_elements: list[int] = field(default_factory=list)  # per backward: what it reached
+    # The first backward's 2-D leaves: shape, a checksum per row and per column
+    leaves: list[dict[str, Any]] = field(default_factory=list)
     memory: list[dict[str, Any]] = field(default_factory=list)
     state: dict[str, Any] | None = None  # where its optimizer state lives (first checkpoint)
     losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) per backward
@@ -202,7 +204,10 @@ def read_process(path: Path) -> ProcessTrace | None:
             trace.flight_recorder = list(rec["entries"])
         elif ev == "bw":
             trace.backwards.append(int(rec.get("t", 0)))
-            trace.work.append({k: int(rec[k]) for k in ("tokens", "rows") if k in rec})
+            trace.work.append({k: int(rec[k]) for k in ("tokens", "rows", "token_crc")
+                               if k in rec})
+            if rec.get("leaves") and not trace.leaves:
+                trace.leaves = list(rec["leaves"])
             if rec.get("leaf_elements"):
                 trace.leaf_elements.append(int(rec["leaf_elements"]))
             if "loss" in rec:

@@ -71,6 +71,13 @@ RESUMED = RunSpec("resumed", resume_from=(BASE, 10))
 # Exercise 2: BASE with each rank's 4 rows as 4 micro-batches of 1 (compared with BASE).
 MICRO_BATCHES = 4
 MICRO = RunSpec(f"micro{MICRO_BATCHES}", extra=("--micro-batches", str(MICRO_BATCHES)))
+# Exercise 1: the heads over T = 2 ranks, alone (16 rows) and beside data parallelism of 2
+# (8 rows per group): each the one-rank run's 16 rows (SINGLE). No checkpoint.
+TP = 2
+TP2 = RunSpec("tp2", world_size=2, batch_size=16, checkpoint_every=0,
+              extra=("--tensor-parallel", str(TP)))
+TP2DP2 = RunSpec("tp2dp2", world_size=4, batch_size=8, checkpoint_every=0,
+                 extra=("--tensor-parallel", str(TP)))
 
 
 def faulted(kind: str, step: int) -> RunSpec:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from capstone import data, guard, trainer, world, zero
+from capstone import data, guard, tensor_parallel, trainer, world, zero
 from tests.mutants import one_process
 
 
@@ -456,6 +456,51 @@ def accum_overlap() -> None:
     trainer.accumulate_gradients = overlapping
 
 
+def tp_no_forward_allreduce() -> None:
+    """Exercise 1: the heads' partial attention outputs are never summed over the group."""
+    tensor_parallel._ReduceFromTP.forward = staticmethod(  # type: ignore[method-assign]
+        lambda ctx, x, group: x.contiguous().clone())
+
+
+def tp_no_backward_allreduce() -> None:
+    """Exercise 1: the input's gradient is not all-reduced in backward (f is an identity both
+    ways): each rank's replicated parameters below the attention get its heads' part only."""
+    tensor_parallel._CopyToTP.backward = staticmethod(  # type: ignore[method-assign]
+        lambda ctx, grad: (grad, None))
+
+
+def tp_same_heads() -> None:
+    """Exercise 1: every rank takes rank 0's heads (tp_rank 0 for all)."""
+    real = tensor_parallel.HeadParallelAttention
+
+    def first_heads(full: Any, tp_rank: int, tp_size: int, group: Any) -> Any:
+        return real(full, 0, tp_size, group)
+    tensor_parallel.HeadParallelAttention = first_heads  # type: ignore[assignment,misc]
+
+
+class _WholeHalved(torch.nn.Module):
+    """Every head on every rank; the output divided by T and all-reduced (the sum of T equal
+    halves is the output): right numbers forward, nothing split."""
+
+    def __init__(self, full: torch.nn.Module, tp_size: int, group: Any) -> None:
+        super().__init__()
+        self.whole, self.tp_size, self.group = full, tp_size, group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.whole(x) / self.tp_size
+        return tensor_parallel._ReduceFromTP.apply(y, self.group)
+
+
+def tp_all_heads_halved() -> None:
+    """Exercise 1: both ranks keep all heads and halve the output."""
+    def shard(model: Any, par: Any) -> Any:
+        if par.tp_size > 1:
+            for block in model.blocks:
+                block.attn = _WholeHalved(block.attn, par.tp_size, par.tp_group)
+        return model
+    trainer.shard_attention = shard
+
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("no_broadcast", ("equal_rank_norms", "single_process_parity"), no_broadcast,
            hint="initial broadcast is missing"),
@@ -524,4 +569,13 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            hint="reduced after every micro-batch"),
     Mutant("accum_overlap", ("accumulation",), accum_overlap,
            hint="cover each of the rank's rows exactly once"),
+    # Exercise 1 (--tensor-parallel 2): each is the reference without the flag.
+    Mutant("tp_no_forward_allreduce", ("tensor_parallel",), tp_no_forward_allreduce,
+           hint="the attention output is not all-reduced"),
+    Mutant("tp_no_backward_allreduce", ("tensor_parallel",), tp_no_backward_allreduce,
+           hint="the input's gradient is not all-reduced in backward"),
+    Mutant("tp_same_heads", ("tensor_parallel",), tp_same_heads,
+           hint="two ranks of a group hold the same heads"),
+    Mutant("tp_all_heads_halved", ("tensor_parallel",), tp_all_heads_halved,
+           hint="holds every head of the attention"),
 ]}

@@ -298,7 +298,7 @@ class _Observer:
                         args = (args[0], inputs, *args[2:])
                     else:
                         kwargs = {**kwargs, "inputs": inputs}
-                record.update(_work(root, inputs))
+                record.update(_work(root, inputs, first=self.backwards == 1))
                 record.update(_loss(root))
             except Exception as e:
                 record["work_error"] = repr(e)[:200]
@@ -638,15 +638,46 @@ def _chunks(t: Any, splits: Any) -> list[Any]:
     return list(t.split(sizes)) if sum(sizes) == t.size(0) else []
 
 
-def _work(roots: Any, inputs: Any = None) -> dict[str, int]:
+def _local(t: Any) -> Any:
+    """A DTensor's shard on this rank (what the rank holds), else the tensor."""
+    local = getattr(t, "_local_tensor", None)
+    return local if local is not None else t
+
+
+def _crc(t: Any) -> int:
+    import zlib
+
+    import torch
+
+    data = t.detach().contiguous().view(torch.uint8).numpy()
+    return zlib.crc32(memoryview(data))
+
+
+def _slices(leaves: list[Any]) -> list[dict[str, Any]]:
+    """Of the 2-D floating leaves a process's first backward differentiates (a DTensor's
+    local shard): shape and a checksum of each row and each column. Another run's leaves
+    hold the same rows or columns when this one holds a slice of them (tensor
+    parallelism's heads), found by these checksums."""
+    out = []
+    for leaf in leaves:
+        t = _local(leaf)
+        if t.dim() != 2 or not t.is_floating_point() or t.numel() > 1 << 20:
+            continue
+        out.append({"shape": list(t.shape), "rows": [_crc(r) for r in t],
+                    "cols": [_crc(c) for c in t.t()]})
+    return out
+
+
+def _work(roots: Any, inputs: Any = None, first: bool = False) -> dict[str, Any]:
     """The tokens this backward's forward consumed: the largest integer index tensor in its
     autograd graph (embedding lookups' indices, the loss's targets), and its rows; and the
     elements of what it differentiates: `inputs` where given, else the leaves the pass
     reaches (autograd's AccumulateGrad nodes), each once. That is the model's P however the
     program holds its parameters: a flat shard kept as an nn.Parameter that no backward
     reaches is not counted, a dict of plain tensors is."""
-    tokens, rows = 0, 0
+    tokens, rows, token_crc = 0, 0, 0
     leaves: dict[int, int] = {id(t): t.numel() for t in _tensors(inputs)}
+    held: dict[int, Any] = {id(t): t for t in _tensors(inputs)} if first else {}
     stack = [t.grad_fn for t in _tensors(roots) if t.grad_fn is not None]
     seen: set[int] = set()
     while stack:
@@ -657,7 +688,9 @@ def _work(roots: Any, inputs: Any = None) -> dict[str, int]:
         if inputs is None and type(fn).__name__ == "AccumulateGrad":
             leaf = getattr(fn, "variable", None)
             if leaf is not None:
-                leaves[id(leaf)] = leaf.numel()
+                leaves[id(leaf)] = _local(leaf).numel()
+                if first:
+                    held[id(leaf)] = leaf
         if type(fn).__name__.startswith(_INDEX_NODES):
             for field in _INDEX_FIELDS:
                 for idx in _tensors(getattr(fn, field, None)):
@@ -665,9 +698,11 @@ def _work(roots: Any, inputs: Any = None) -> dict[str, int]:
                         continue
                     if idx.numel() > tokens or idx.dim() > 1:
                         tokens, rows = idx.numel(), idx.size(0) if idx.dim() > 1 else rows
+                        token_crc = _crc(idx)
         stack += [nxt for nxt, _ in fn.next_functions]
-    return {**({"tokens": tokens, "rows": rows} if tokens else {}),
-            **({"leaf_elements": sum(leaves.values())} if leaves else {})}
+    return {**({"tokens": tokens, "rows": rows, "token_crc": token_crc} if tokens else {}),
+            **({"leaf_elements": sum(leaves.values())} if leaves else {}),
+            **({"leaves": _slices(list(held.values()))} if held else {})}
 
 
 def _loss(root: Any) -> dict[str, float]:

@@ -27,7 +27,9 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import heads
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -43,13 +45,17 @@ class Block(nn.Module):
         self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
         self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
         self.fc, self.out = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+        self.heads: nn.Module | None = None  # exercise 1: this rank's heads (heads.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (b, t, C) -> (b, t, C)
-        b, t, _ = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=-1)
-        q, k, v = (z.view(b, t, H, C // H).transpose(1, 2) for z in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, C))
+        if self.heads is not None:
+            x = x + self.heads(self.ln1(x))
+        else:
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=-1)
+            q, k, v = (z.view(b, t, H, C // H).transpose(1, 2) for z in (q, k, v))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, t, C))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
 
@@ -68,7 +74,9 @@ class MiniGPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def parse(argv: list[str], tensor_parallel: bool = True) -> argparse.Namespace:
+    """The contract's flags (and the exercises'; --tensor-parallel only where the style
+    implements it: elsewhere it is an unknown flag, exit 2)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     for flag, default in (("--world-size", 4), ("--steps", 20), ("--seed", 0),
@@ -77,7 +85,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
         ap.add_argument(flag, type=int, default=default)
     ap.add_argument("--resume")
     ap.add_argument("--inject")
+    if tensor_parallel:
+        ap.add_argument("--tensor-parallel", type=int, default=1)
     a = ap.parse_args(argv)
+    a.tensor_parallel = getattr(a, "tensor_parallel", 1)
+    if a.tensor_parallel > 1 and (a.world_size % a.tensor_parallel or H % a.tensor_parallel
+                                  or a.checkpoint_every or a.resume or a.inject):
+        ap.error("--tensor-parallel T must divide --world-size and the heads, without "
+                 "checkpoints, --resume or --inject")
     (a.out / "metrics").mkdir(parents=True, exist_ok=True)
     (a.out / "checkpoints").mkdir(exist_ok=True)
     return a
@@ -156,6 +171,8 @@ class Style:
     reduce_fraction: float = 1.0  # a mistake: reduce only this much of the gradient
     ddp: bool = False  # DDP's backward, its comm hook reduce-scattering (ZeroHook)
     sum_micro: bool = False  # a mistake: micro-batch gradients summed, not divided by M
+    tp: str = "hand"  # exercise 1's heads: the f/g pair by hand, or "dtensor" (heads.py)
+    mesh: bool = False  # its groups from a DeviceMesh, else from dist.new_group
 
 
 class Saver:
@@ -205,8 +222,8 @@ class Saver:
         dist.barrier()
 
 
-def reduce_slice(full: torch.Tensor, rank: int, n: int, fraction: float = 1.0
-                 ) -> torch.Tensor:
+def reduce_slice(full: torch.Tensor, rank: int, n: int, fraction: float = 1.0,
+                 group: Any = None) -> torch.Tensor:
     """This rank's slice of the rank-averaged gradient: a reduce-scatter of the flat padded
     vector. `fraction` < 1 is a mistake: only that much of each slice is reduced, the rest
     taken from this rank's own gradient."""
@@ -215,10 +232,11 @@ def reduce_slice(full: torch.Tensor, rank: int, n: int, fraction: float = 1.0
     k = round(S * fraction)
     by_rank = full.view(n, S)
     if k < S:
-        dist.reduce_scatter_tensor(mine[:k], by_rank[:, :k].contiguous().view(-1))
+        dist.reduce_scatter_tensor(mine[:k], by_rank[:, :k].contiguous().view(-1),
+                                   group=group)
         mine[k:] = by_rank[rank, k:] * n
     else:
-        dist.reduce_scatter_tensor(mine, full)
+        dist.reduce_scatter_tensor(mine, full, group=group)
     return mine / n
 
 
@@ -254,18 +272,32 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
     model = MiniGPT()
+    P_model = sum(p.numel() for p in model.parameters())  # summary.json's n_params
+    tp = a.tensor_parallel  # exercise 1: ZeRO-1 over the data-parallel group of N/T ranks
+    groups = heads.make_groups(rank, n, tp, style.mesh) if tp > 1 else None
+    world_rank, rank, n = rank, groups.dp_rank if groups else rank, n // tp
+    dp = groups.dp if groups else None
+    if groups is not None:  # the same full model on every rank, then each keeps its heads
+        for block in model.blocks:
+            block.heads = heads.HeadAttention(block.qkv, block.proj, H, groups, tp, style.tp)
+            heads.mark(block.heads)
+            del block.qkv, block.proj
     params = list(model.parameters())
-    P = sum(p.numel() for p in params)
+    held = [heads.local(p) for p in params]  # a DTensor's shard: what this rank holds
+    P = sum(p.numel() for p in held)
     S = math.ceil(P / n)
     flat = torch.zeros(S * n)
+    split = torch.zeros(S * n, dtype=torch.bool)  # elements of tensor-parallel slices
+    split[:P] = torch.cat([torch.full((h.numel(),), heads.sharded(p))
+                           for p, h in zip(params, held, strict=True)])
 
     def to_model() -> None:
         with torch.no_grad():
-            torch.nn.utils.vector_to_parameters(flat[:P], params)
+            torch.nn.utils.vector_to_parameters(flat[:P], held)
 
     with torch.no_grad():
-        flat[:P] = torch.nn.utils.parameters_to_vector(params)
-    dist.broadcast(flat, src=0)
+        flat[:P] = torch.nn.utils.parameters_to_vector(held)
+    dist.broadcast(flat, src=groups.dp_src if groups else 0, group=dp)
     shard = style.shard(flat[rank * S:(rank + 1) * S])
     start = 0
     if a.resume:
@@ -274,7 +306,7 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         shard.load(saved, saved["step"])
         dist.all_gather_into_tensor(flat, shard.state()["master"].contiguous())
     to_model()
-    x, y = rows(a.seed, n, a.batch_size, rank)
+    x, y = rows(a.seed, n, a.batch_size, rank)  # a tensor-parallel group's rows: its dp rank's
     forward: nn.Module = model
     hook: ZeroHook | None = None
     if style.ddp:
@@ -285,14 +317,14 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         # DDP reads a hook's annotations, which `from __future__ import annotations` turns
         # into strings it rejects: hand it an unannotated callable
         forward.register_comm_hook(hook, lambda h, bucket: h.reduce_scatter(bucket))
-    metrics = open(a.out / "metrics" / f"rank-{rank}.jsonl", "a")  # noqa: SIM115
+    metrics = open(a.out / "metrics" / f"rank-{world_rank}.jsonl", "a")  # noqa: SIM115
 
     def log(rec: dict[str, object]) -> None:
         metrics.write(json.dumps(rec) + "\n")
         metrics.flush()
 
     def record(step: int, **extra: object) -> dict[str, object]:
-        return {"step": step, "rank": rank, "world_size": n,
+        return {"step": step, "rank": world_rank, "world_size": n * tp,
                 "param_norm": float(flat[:P].double().norm()),
                 "optimizer_bytes": sum(t.numel() * 4 for t in shard.state().values()), **extra}
 
@@ -324,23 +356,31 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
             for xs, ys in micro:
                 part = forward(xs, ys)
                 if style.use_grad:
-                    grads = torch.autograd.grad(part / scale, params)
+                    grads = tuple(heads.local(g)
+                                  for g in torch.autograd.grad(part / scale, params))
                 else:
                     (part / scale).backward()
-                    grads = tuple(p.grad if p.grad is not None else torch.zeros_like(p)
-                                  for p in params)
+                    grads = tuple(heads.local(p.grad) if p.grad is not None
+                                  else torch.zeros_like(h) for p, h in zip(params, held,
+                                                                           strict=True))
                     for p in params:
                         p.grad = None
                 full[:P] += torch.cat([g.reshape(-1) for g in grads])
                 losses.append(part.detach())
             if poison:
                 full[:P] = float("nan")
-            mine = reduce_slice(full, rank, n, style.reduce_fraction)
+            mine = reduce_slice(full, rank, n, style.reduce_fraction, dp)
         loss = torch.stack(losses).mean() if m > 1 else losses[0]
         saver.publish()  # a shard written on a thread, while this step computed
-        stats = torch.stack([loss.detach().double(), mine.double().square().sum()])
+        # A group's ranks hold the same loss and the same replicated gradients: the mean
+        # over every rank is the data-parallel mean; replicated squares count once.
+        mine_split = split[rank * S:(rank + 1) * S]
+        sq = mine.double().square()
+        stats = torch.stack([loss.detach().double(), sq[mine_split].sum(),
+                             sq[~mine_split].sum()])
         dist.all_reduce(stats)
-        mean_loss, grad_norm = float(stats[0] / n), float(stats[1].sqrt())
+        mean_loss = float(stats[0] / (n * tp))
+        grad_norm = float((stats[1] + stats[2] / tp).sqrt())
         if not math.isfinite(mean_loss) or not math.isfinite(grad_norm) or (
                 prev is not None and mean_loss > 2 * prev):
             fired, in_a_row = fired or kind in ("nan", "spike"), in_a_row + 1
@@ -353,14 +393,14 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
             shard.load(saved, saved["step"])
             dist.all_gather_into_tensor(flat, shard.state()["master"].contiguous())
             to_model()
-            log({"event": "rollback", "rank": rank, "step": step, "to_step": back,
+            log({"event": "rollback", "rank": world_rank, "step": step, "to_step": back,
                  "reason": "nan" if not math.isfinite(grad_norm) else "spike"})
             prev, step = None, back + 1
             continue
         lr = LR
         if kind == "spike" and step == int(at) and not fired:
             lr, fired = LR * 1000, True
-        dist.all_gather_into_tensor(flat, shard.step(mine, lr).contiguous())
+        dist.all_gather_into_tensor(flat, shard.step(mine, lr).contiguous(), group=dp)
         to_model()
         prev, in_a_row = mean_loss, 0
         log(record(step, loss=mean_loss, grad_norm=grad_norm, step_time_s=0.0))
@@ -371,9 +411,9 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
                 saver.publish()
         step += 1
     saver.publish()
-    if rank == 0:
+    if world_rank == 0:
         (a.out / "summary.json").write_text(json.dumps(
-            {"contract": 1, "n_params": P, "world_size": n, "steps": a.steps}))
+            {"contract": 1, "n_params": P_model, "world_size": n * tp, "steps": a.steps}))
     dist.barrier()
     dist.destroy_process_group()
 

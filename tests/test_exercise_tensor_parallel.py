@@ -1,0 +1,66 @@
+"""Exercise 1 of the lesson: tensor parallelism of the attention heads (contract v1's optional
+`--tensor-parallel T`). A graded module when the grading selects the exercise
+(`--exercises tensor_parallel`, or `-k exercise`).
+
+T = 2 on 2 ranks (16 rows) and T = 2 beside data parallelism of 2 on 4 ranks (8 rows per
+group), each against the same program's one-rank run on the same 16 rows, on what the ranks
+do: the loss at every step, the heads each rank holds (slices of the one-rank weights, found
+by value), the all-reduces of the attention output and of the input's gradient over the
+group, and the rows each rank computes on. A program that rejects the flag (exit 2) is told
+"exercise not implemented", once per test, and nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.harness.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
+from tests.harness.runs import SINGLE, TP, TP2, TP2DP2
+from tests.harness.tp_checks import check_heads, check_tp_loss, check_tp_rows, check_tp_traffic
+
+FLAG = f"--tensor-parallel {TP}"
+SPECS = pytest.mark.parametrize("spec", [TP2, TP2DP2], ids=lambda s: s.name)
+
+
+@pytest.fixture
+def tp(run, record_property):
+    """`tp(spec)`: the tensor-parallel run; a program that rejects the flag fails here with
+    one line."""
+    def get(spec):
+        r = run(spec)
+        if r.outcome.returncode == EXIT_USAGE:
+            line = f"{NOT_IMPLEMENTED}: the program rejects {FLAG} (exit 2)"
+            record_property("reason", line)
+            pytest.fail(line, pytrace=False)
+        return r
+    return get
+
+
+@pytest.fixture
+def observed_tp(tp, run):
+    def get(spec):
+        r = tp(spec)
+        if r.observed is None:
+            pytest.skip("the observer is off (--no-observe)")
+        return r
+    return get
+
+
+@SPECS
+def test_the_loss_is_the_one_rank_loss(tp, run, holds, spec):
+    holds(check_tp_loss(tp(spec), run(SINGLE), TP), f"{spec.name} vs one rank, every step")
+
+
+@SPECS
+def test_each_rank_holds_its_share_of_the_heads(observed_tp, run, holds, spec):
+    holds(check_heads(observed_tp(spec), run(SINGLE), TP), f"the heads of the {spec.name} run")
+
+
+@SPECS
+def test_the_attention_output_and_its_gradient_are_all_reduced(observed_tp, holds, spec):
+    holds(check_tp_traffic(observed_tp(spec), TP, spec.batch_size),
+          f"all-reduces over the tensor-parallel groups of the {spec.name} run")
+
+
+@SPECS
+def test_a_group_computes_on_the_same_rows(observed_tp, holds, spec):
+    holds(check_tp_rows(observed_tp(spec), TP), f"rows per group in the {spec.name} run")
