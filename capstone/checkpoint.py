@@ -41,6 +41,7 @@ class LoadedCheckpoint:
     n_params: int
     full: dict[str, torch.Tensor]
     optimizer_steps: int
+    mesh: dict[str, int] | None = None  # {"dp", "tp", "shard_params"}: a tensor-parallel run's
 
 
 def step_dir_name(step: int) -> str:
@@ -67,10 +68,15 @@ class CheckpointManager:
     """`save(step, shard)` on every rank together; `load(path)` / `latest()` anywhere."""
 
     def __init__(self, root: Path, world: World, n_params: int, every_steps: int = 0,
-                 every_seconds: float = 0.0, fallback: Path | None = None) -> None:
+                 every_seconds: float = 0.0, fallback: Path | None = None,
+                 mesh: dict[str, int] | None = None) -> None:
+        """`mesh` (tensor parallelism): {"dp": N/T, "tp": T, "shard_params": the elements of
+        each rank's own parameters}, written into the manifest; a shard is then rank r's
+        slice of its tensor-parallel rank's vector (r % T), over its data-parallel group."""
         self.root = root
         self.world = world
         self.n_params = n_params
+        self.mesh = mesh
         self.every_steps = every_steps
         self.every_seconds = every_seconds
         self.fallback = fallback  # the checkpoint a resumed run started from
@@ -140,7 +146,8 @@ class CheckpointManager:
             shards.append({"rank": rank, "file": p.name, "sha256": sha256_file(p),
                            "bytes": p.stat().st_size})
         manifest = {"contract": CONTRACT_VERSION, "step": step, "world_size": self.world.size,
-                    "n_params": self.n_params, "shards": shards}
+                    "n_params": self.n_params, "shards": shards,
+                    **({"mesh": self.mesh} if self.mesh else {})}
         path = tmp / "manifest.json"
         path.write_text(json.dumps(manifest, indent=2) + "\n")
         _fsync_path(path)
@@ -186,12 +193,21 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def load_checkpoint(path: Path) -> LoadedCheckpoint:
-    """Verify every shard against the manifest and return the full state vectors."""
+def load_checkpoint(path: Path, tp_rank: int = 0) -> LoadedCheckpoint:
+    """Verify every shard against the manifest and return the full state vectors (of
+    tensor-parallel rank `tp_rank`'s parameters, in a checkpoint with a mesh)."""
     path = Path(path)
     manifest = read_manifest(path)
     n, n_params = manifest["world_size"], manifest["n_params"]
-    shard_size = -(-n_params // n)
+    mesh = manifest.get("mesh")
+    if mesh is not None and (not isinstance(mesh, dict) or not all(
+            isinstance(mesh.get(k), int) and mesh[k] > 0 for k in ("dp", "tp", "shard_params"))
+            or mesh["dp"] * mesh["tp"] != n or not 0 <= tp_rank < mesh["tp"]):
+        raise CheckpointError(f"{path / 'manifest.json'}: mesh {mesh!r} must give dp, tp and "
+                              f"shard_params, with dp * tp = world_size {n}")
+    vector = mesh["shard_params"] if mesh else n_params
+    groups = mesh["dp"] if mesh else n
+    shard_size = -(-vector // groups)
     parts: dict[str, list[torch.Tensor]] = {k: [] for k in STATE_TENSORS}
     steps = set()
     for entry in sorted(manifest["shards"], key=lambda s: s["rank"]):
@@ -210,11 +226,13 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
             if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or \
                     t.shape != (shard_size,):
                 raise CheckpointError(f"{file}: {name!r} must be a float32 tensor of "
-                                      f"{shard_size} elements for world_size {n}")
-            parts[name].append(t)
+                                      f"{shard_size} elements for world_size {n}"
+                                      + (f" and mesh {mesh}" if mesh else ""))
+            if mesh is None or entry["rank"] % mesh["tp"] == tp_rank:
+                parts[name].append(t)
         steps.add(shard.get("step"))
     if len(steps) != 1 or not isinstance(next(iter(steps)), int):
         raise CheckpointError(f"{path}: shards disagree on the optimizer step count: {steps}")
-    full = {k: torch.cat(v)[:n_params] for k, v in parts.items()}
+    full = {k: torch.cat(v)[:vector] for k, v in parts.items()}
     return LoadedCheckpoint(path=path, step=manifest["step"], world_size=n, n_params=n_params,
-                            full=full, optimizer_steps=steps.pop())
+                            full=full, optimizer_steps=steps.pop(), mesh=mesh)

@@ -119,9 +119,6 @@ def config_from_args(argv: Sequence[str]) -> TrainConfig:
     if tp > 1 and (world_size % tp or GPTConfig.n_head % tp):
         raise UsageError(f"--tensor-parallel {tp} must divide --world-size {world_size} and the "
                          f"{GPTConfig.n_head} heads: pass 1, 2 or 4")
-    if tp > 1 and (a.checkpoint_every or a.resume or a.inject):
-        raise UsageError("--tensor-parallel runs do not checkpoint, resume or inject faults "
-                         "yet: pass --checkpoint-every 0 and no --resume/--inject")
     if a.backend == "nccl" and a.device != "cuda":
         raise UsageError("--backend nccl moves CUDA tensors only: add --device cuda "
                          "(or keep the default gloo on CPU)")
@@ -159,6 +156,11 @@ def preflight(cfg: TrainConfig) -> None:
         if loaded.step >= cfg.steps:
             raise UsageError(f"{cfg.resume} is at step {loaded.step}, nothing is left to run "
                              f"with --steps {cfg.steps}: pass --steps > {loaded.step}")
+        mesh = loaded.mesh["tp"] if loaded.mesh else 1
+        if mesh != cfg.tensor_parallel or (mesh > 1 and loaded.world_size != cfg.world_size):
+            raise UsageError(f"{cfg.resume} was written by {loaded.world_size} ranks with "
+                             f"--tensor-parallel {mesh}: resume with the same "
+                             f"--world-size {loaded.world_size} and --tensor-parallel {mesh}")
         if loaded.world_size != cfg.world_size:
             print(f"capstone: resharding step {loaded.step} from {loaded.world_size} to "
                   f"{cfg.world_size} ranks", file=sys.stderr)

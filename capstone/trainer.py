@@ -55,7 +55,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, world: World) -> None:
         self.cfg = cfg
         self.world = world
-        par = setup_parallelism(world, cfg.tensor_parallel)
+        par = self.par = setup_parallelism(world, cfg.tensor_parallel)
         # Ranks of one tp group build the same full model, then keep their own heads.
         full = build_model(cfg.model, init_seed(cfg.seed, par.dp_rank))
         self.n_params = count_params(full)
@@ -66,9 +66,13 @@ class Trainer:
         self.x, self.y = x.to(world.device), y.to(world.device)
         self.zero = ZeroOneAdam(list(self.model.parameters()), par, cfg.lr, cfg.betas, cfg.eps,
                                 tp_mask=tp_sharded_mask(self.model) if par.tp_size > 1 else None)
+        # Under tensor parallelism a shard is of this rank's own parameters (its heads and
+        # the replicated rest), over its data-parallel group: the mesh is in the manifest.
+        mesh = {"dp": par.dp_size, "tp": par.tp_size,
+                "shard_params": self.zero.layout.n_params} if par.tp_size > 1 else None
         self.ckpt = CheckpointManager(cfg.out / "checkpoints", world, self.n_params,
                                       cfg.checkpoint_every, cfg.checkpoint_every_seconds,
-                                      fallback=cfg.resume)
+                                      fallback=cfg.resume, mesh=mesh)
         self.guard = DivergenceGuard(cfg.spike_factor, cfg.max_rollbacks)
         self.faults = FaultInjector(cfg.inject, world.rank)
         self.metrics = MetricsWriter(cfg.out, world.rank, world.size)
@@ -117,7 +121,7 @@ class Trainer:
     def _start(self) -> int:
         """Broadcast fresh parameters (step 0) or load the resume checkpoint; return its step."""
         if self.cfg.resume is not None:
-            loaded = load_checkpoint(self.cfg.resume)
+            loaded = load_checkpoint(self.cfg.resume, self.par.tp_rank)
             self.zero.load_full_state(loaded.full, loaded.optimizer_steps)
             return loaded.step
         self.zero.broadcast_parameters()
@@ -144,7 +148,7 @@ class Trainer:
         """Restore the latest complete checkpoint; return the step to run next."""
         self.world.barrier()  # a checkpoint saved just now is complete once rank 0 renamed it
         path = self.ckpt.latest()
-        loaded = load_checkpoint(path) if path is not None else None
+        loaded = load_checkpoint(path, self.par.tp_rank) if path is not None else None
         self.guard.rolled_back(step, loaded.step if loaded else None, reason)
         assert loaded is not None
         self.zero.load_full_state(loaded.full, loaded.optimizer_steps)

@@ -28,7 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
     (["--frobnicate"], "unrecognized arguments"),
     (["--backend", "nccl"], "add --device cuda"),
     (["--tensor-parallel", "3"], "must divide --world-size"),
-    (["--tensor-parallel", "2"], "do not checkpoint, resume or inject"),
     (["--micro-batches", "3"], "does not split into --micro-batches 3"),
     (["--inject", "killsave@7"], "needs a checkpoint at step 7"),
     (["--n-embd", "30"], "not a multiple of 4 heads"),
@@ -41,6 +40,24 @@ def test_bad_flag_exits_2_with_one_line(tmp_path, capsys, flags, says):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err, err
     assert not out.exists(), "a refused run must not create its run directory"
+
+
+@pytest.mark.slow
+def test_a_tensor_parallel_checkpoint_resumes_only_on_its_mesh(tmp_path):
+    """A shard of a --tensor-parallel run holds its rank's heads: resumed by another mesh it
+    would be read as other parameters, so the resume is refused with what to pass."""
+    run = [sys.executable, "-m", "capstone", "--world-size", "2", "--steps", "2",
+           "--checkpoint-every", "2", "--batch-size", "2"]
+    first = subprocess.run([*run, "--out", str(tmp_path / "a"), "--tensor-parallel", "2"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    ckpt = tmp_path / "a" / "checkpoints" / "step-000002"
+    assert '"mesh"' in (ckpt / "manifest.json").read_text()
+    again = subprocess.run([*run, "--steps", "3", "--out", str(tmp_path / "b"),
+                            "--resume", str(ckpt)], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 2
+    assert "resume with the same --world-size 2 and --tensor-parallel 2" in again.stderr
 
 
 def test_non_empty_run_directory_is_refused(tmp_path, capsys):

@@ -6,15 +6,18 @@ T = 2 on 2 ranks (16 rows) and T = 2 beside data parallelism of 2 on 4 ranks (8 
 group), each against the same program's one-rank run on the same 16 rows, on what the ranks
 do: the loss at every step, the heads each rank holds (slices of the one-rank weights, found
 by value), the all-reduces of the attention output and of the input's gradient over the
-group, and the rows each rank computes on. A program that rejects the flag (exit 2) is told
-"exercise not implemented", once per test, and nothing else."""
+group, and the rows each rank computes on; and a T = 2 run checkpoints (a shard per rank),
+resumes bit-identically and rolls back a NaN as a plain run does. A program that rejects
+the flag (exit 2) is told "exercise not implemented", once per test, and nothing else."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.harness.checks import check_resume, check_rollback
 from tests.harness.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
-from tests.harness.runs import SINGLE, TP, TP2, TP2DP2
+from tests.harness.plugin import suite_seed
+from tests.harness.runs import SINGLE, TP, TP2, TP2DP2, TP2DP2_RESUMED, fault_step, tp_faulted
 from tests.harness.tp_checks import check_heads, check_tp_loss, check_tp_rows, check_tp_traffic
 
 FLAG = f"--tensor-parallel {TP}"
@@ -64,3 +67,14 @@ def test_the_attention_output_and_its_gradient_are_all_reduced(observed_tp, hold
 @SPECS
 def test_a_group_computes_on_the_same_rows(observed_tp, holds, spec):
     holds(check_tp_rows(observed_tp(spec), TP), f"rows per group in the {spec.name} run")
+
+
+def test_a_tensor_parallel_run_resumes_bit_identically(tp, holds):
+    holds(check_resume(tp(TP2DP2), tp(TP2DP2_RESUMED), 10),
+          f"{TP2DP2.name} resumed from its step-10 checkpoint")
+
+
+def test_a_tensor_parallel_run_rolls_back_a_nan(tp, holds):
+    step = fault_step("nan", suite_seed())
+    holds(check_rollback(tp(TP2DP2), tp(tp_faulted("nan", step)), "nan", step),
+          f"rollback of nan@{step} in the {TP2DP2.name} run")

@@ -43,12 +43,14 @@ from tests.harness.runs import (
     TP,
     TP2,
     TP2DP2,
+    TP2DP2_RESUMED,
     RunSpec,
     fault_step,
     faulted,
     nemesis_kill,
     nemesis_of,
     resumed_after,
+    tp_faulted,
 )
 from tests.harness.state_checks import check_state_location
 from tests.harness.tp_checks import (
@@ -97,7 +99,7 @@ def _accumulation(run: Getter) -> list[Violation]:
         + check_follows_one_batch(run(BASE), many, MICRO_BATCHES))
 
 
-def _tensor_parallel(run: Getter) -> list[Violation]:
+def _tensor_parallel(run: Getter, seed: int) -> list[Violation]:
     """Exercise 1: one line for a program that rejects --tensor-parallel, else every check
     on T = 2 over 2 ranks and over 4 (data parallelism of 2 beside it)."""
     first = run(TP2)
@@ -108,7 +110,9 @@ def _tensor_parallel(run: Getter) -> list[Violation]:
         tp = run(spec)
         out += (check_tp_loss(tp, run(SINGLE), TP) + check_heads(tp, run(SINGLE), TP)
                 + check_tp_traffic(tp, TP, spec.batch_size) + check_tp_rows(tp, TP))
-    return out
+    probe = rollback_probe(seed)  # and a T = 2 run resumes and rolls back as a plain one
+    return out + check_resume(run(TP2DP2), run(TP2DP2_RESUMED), 10) + check_rollback(
+        run(TP2DP2), run(tp_faulted(*probe)), *probe)
 
 
 # Each check as a function of a run getter and the session's seed (which draws the steps and
@@ -130,7 +134,7 @@ CHECKS: dict[str, Callable[[Getter, int], list[Violation]]] = {
     # Exercise 2 (graded where a grading selects it): --micro-batches 4 against one batch.
     "accumulation": lambda run, _: _accumulation(run),
     # Exercise 1 (graded where a grading selects it): --tensor-parallel 2.
-    "tensor_parallel": lambda run, _: _tensor_parallel(run),
+    "tensor_parallel": _tensor_parallel,
     # Not an invariant module of its own: graded under rollback (test_fault_rollback.py).
     "rank_killed": lambda run, seed: [v for kind in KILLS for v in _killed(run, kind, seed)],
 }

@@ -74,10 +74,16 @@ MICRO = RunSpec(f"micro{MICRO_BATCHES}", extra=("--micro-batches", str(MICRO_BAT
 # Exercise 1: the heads over T = 2 ranks, alone (16 rows) and beside data parallelism of 2
 # (8 rows per group): each the one-rank run's 16 rows (SINGLE). No checkpoint.
 TP = 2
-TP2 = RunSpec("tp2", world_size=2, batch_size=16, checkpoint_every=0,
-              extra=("--tensor-parallel", str(TP)))
-TP2DP2 = RunSpec("tp2dp2", world_size=4, batch_size=8, checkpoint_every=0,
-                 extra=("--tensor-parallel", str(TP)))
+TP2 = RunSpec("tp2", world_size=2, batch_size=16, extra=("--tensor-parallel", str(TP)))
+TP2DP2 = RunSpec("tp2dp2", world_size=4, batch_size=8, extra=("--tensor-parallel", str(TP)))
+TP2DP2_RESUMED = RunSpec("tp2dp2-resumed", world_size=4, batch_size=8,
+                         extra=TP2DP2.extra, resume_from=(TP2DP2, 10))
+
+
+def tp_faulted(kind: str, step: int) -> RunSpec:
+    """TP2DP2 with a fault the contract announces (its rollback, as a plain run's)."""
+    return RunSpec(f"tp2dp2-{kind}{step}", world_size=4, batch_size=8, extra=TP2DP2.extra,
+                   inject=f"{kind}@{step}")
 
 
 def faulted(kind: str, step: int) -> RunSpec:

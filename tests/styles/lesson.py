@@ -89,10 +89,8 @@ def parse(argv: list[str], tensor_parallel: bool = True) -> argparse.Namespace:
         ap.add_argument("--tensor-parallel", type=int, default=1)
     a = ap.parse_args(argv)
     a.tensor_parallel = getattr(a, "tensor_parallel", 1)
-    if a.tensor_parallel > 1 and (a.world_size % a.tensor_parallel or H % a.tensor_parallel
-                                  or a.checkpoint_every or a.resume or a.inject):
-        ap.error("--tensor-parallel T must divide --world-size and the heads, without "
-                 "checkpoints, --resume or --inject")
+    if a.tensor_parallel > 1 and (a.world_size % a.tensor_parallel or H % a.tensor_parallel):
+        ap.error("--tensor-parallel T must divide --world-size and the heads")
     (a.out / "metrics").mkdir(parents=True, exist_ok=True)
     (a.out / "checkpoints").mkdir(exist_ok=True)
     return a
@@ -302,9 +300,9 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     start = 0
     if a.resume:
         start = json.loads((Path(a.resume) / "manifest.json").read_text())["step"]
-        saved = torch.load(Path(a.resume) / f"rank-{rank}.pt", weights_only=True)
+        saved = torch.load(Path(a.resume) / f"rank-{world_rank}.pt", weights_only=True)
         shard.load(saved, saved["step"])
-        dist.all_gather_into_tensor(flat, shard.state()["master"].contiguous())
+        dist.all_gather_into_tensor(flat, shard.state()["master"].contiguous(), group=dp)
     to_model()
     x, y = rows(a.seed, n, a.batch_size, rank)  # a tensor-parallel group's rows: its dp rank's
     forward: nn.Module = model
@@ -332,7 +330,9 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         log(record(0))
     kind, _, at = (a.inject or "none@0").partition("@")
     fired, prev, step, in_a_row = False, None, start + 1, 0
-    saver = Saver(a.out, rank, n, P, style.thread_save)
+    # A shard per rank (of its own parameters, over its data-parallel group): resumed by the
+    # same mesh, each rank from its own file.
+    saver = Saver(a.out, world_rank, n * tp, P_model, style.thread_save)
     m = a.micro_batches  # exercise 2: M micro-batches of B/M rows, one reduction per step
     if a.batch_size % m:
         raise SystemExit(f"--batch-size {a.batch_size} does not split into {m} micro-batches")
@@ -389,9 +389,9 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
             if not done or in_a_row > 3:
                 raise SystemExit(f"rank {rank}: diverged at step {step}, giving up")
             back = json.loads((done[-1] / "manifest.json").read_text())["step"]
-            saved = torch.load(done[-1] / f"rank-{rank}.pt", weights_only=True)
+            saved = torch.load(done[-1] / f"rank-{world_rank}.pt", weights_only=True)
             shard.load(saved, saved["step"])
-            dist.all_gather_into_tensor(flat, shard.state()["master"].contiguous())
+            dist.all_gather_into_tensor(flat, shard.state()["master"].contiguous(), group=dp)
             to_model()
             log({"event": "rollback", "rank": world_rank, "step": step, "to_step": back,
                  "reason": "nan" if not math.isfinite(grad_norm) else "spike"})
