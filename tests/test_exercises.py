@@ -87,3 +87,33 @@ def test_head_parallel_attention_splits_the_full_module():
     n_local = sum(p.numel() for p in halves[0].parameters())
     n_full = sum(p.numel() for p in full.parameters())
     assert 2 * n_local - C == n_full  # the output bias is replicated, everything else split
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["kill", "killsave", "nan"])
+def test_a_tensor_parallel_run_takes_the_suites_own_faults(reference_only, run, holds, kind):
+    """The reference's T = 2 x dp 2 run under the suite's nemesis: a rank SIGKILLed as a step
+    starts or inside its torch.save ends the run promptly with its checkpoints whole (the
+    torn one resumed to the clean run's end); a NaN made in one rank's gradients, with no
+    flag, is rolled back."""
+    from dataclasses import replace
+
+    from tests.harness.checks import check_rollback
+    from tests.harness.fault_checks import check_killed, check_nemesis, check_resumed_after_kill
+    from tests.harness.runs import TP2DP2, nemesis_kill, nemesis_nan, nemesis_of, resumed_after
+
+    def tp(spec: RunSpec) -> RunSpec:
+        return replace(spec, name=f"tp2dp2-{spec.name}", world_size=TP2DP2.world_size,
+                       batch_size=TP2DP2.batch_size, extra=TP2DP2.extra)
+    spec = tp(nemesis_nan(0) if kind == "nan" else nemesis_kill(0, kind))
+    _, step, rank = nemesis_of(spec) or (kind, 0, 1)
+    base, faulted = run(TP2DP2), run(spec)
+    if kind == "nan":
+        holds(check_nemesis(faulted, step, rank) + check_rollback(base, faulted, kind, step),
+              f"the suite's NaN at step {step} on rank {rank} of the T = 2 run")
+        return
+    resumed = tp(resumed_after(nemesis_kill(0, kind)))
+    resumed = replace(resumed, resume_from=(spec, 10))
+    holds(check_killed(faulted, kind, step, rank) + (
+          check_resumed_after_kill(base, run(resumed), 10) if kind == "killsave" else []),
+          f"rank {rank} killed ({kind}) at step {step} of the T = 2 run")
