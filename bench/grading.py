@@ -4,12 +4,14 @@ xdist workers the box fits, `--run-timeout 30`), per containment: namespaces whe
 allowed, and the run-user containment (as in a Docker grader that refuses unshare).
 
     python bench/grading.py [SUBMISSION_DIR ...] [--containment namespaces run-user]
-                            [--against REV [--rounds 3]]
+                            [--against REV [--rounds 3]] [--exercises tp,accum [--rounds 3]]
 
 Defaults: the reference, `deadlock_at_step_5` and `ring` of tests/submissions. Prints a JSON
 row per grading: wall time, score. `--against REV` grades with REV's suite too (a temporary
 git worktree, this venv; the submission's `capstone` imported from that checkout), in turns
-with this checkout's, and prints each checkout's median and the ratio to REV.
+with this checkout's, and prints each checkout's median and the ratio to REV. `--exercises`
+grades each submission in turns without and with the lesson's exercises, and prints the
+ratio (issue 33's bound: 1.5x).
 """
 
 from __future__ import annotations
@@ -32,6 +34,16 @@ from tests.harness.session import Grading, grade  # noqa: E402
 
 DEFAULT = [ROOT / "tests" / "submissions" / n for n in ("reference", "deadlock_at_step_5",
                                                         "ring")]
+
+
+def _lost(results: dict[str, object]) -> dict[str, object]:
+    """The tests that did not earn their points, with the first line of why (a grading of a
+    correct submission that loses points is a finding, not noise)."""
+    tests = results.get("tests")
+    lost = {t["name"]: str(t.get("output", "")).split("\n", 1)[0][:300]
+            for t in tests if isinstance(t, dict) and t.get("score") != t.get("max_score")
+            } if isinstance(tests, list) else {}
+    return {"lost": lost} if lost else {}
 
 
 def _children_cpu_s() -> float:
@@ -86,15 +98,44 @@ def side_by_side(a: argparse.Namespace) -> int:
     return 0
 
 
+def with_exercises(a: argparse.Namespace) -> int:
+    """The same submission graded in turns without and with the exercises (namespaces)."""
+    from tests.harness.grading import exercises_of
+
+    chosen = exercises_of(a.exercises)
+    walls: dict[tuple[str, bool], list[float]] = {}
+    for _ in range(a.rounds):
+        for sub in a.submissions:
+            for ex in (False, True):
+                with tempfile.TemporaryDirectory() as tmp:
+                    t0 = time.monotonic()
+                    results = grade(sub.resolve(), Path(tmp) / "results.json",
+                                    Grading(exercises=chosen if ex else ()))
+                    wall = time.monotonic() - t0
+                walls.setdefault((sub.name, ex), []).append(wall)
+                print(json.dumps({"submission": sub.name, "exercises": list(chosen) if ex
+                                  else [], "wall_s": round(wall, 1),
+                                  "score": results["score"], **_lost(results)}), flush=True)
+    for sub in a.submissions:
+        plain, both = (statistics.median(walls[(sub.name, ex)]) for ex in (False, True))
+        print(f"{sub.name}: {plain:.1f} s without the exercises, {both:.1f} s with "
+              f"{', '.join(chosen)}: {both / plain:.2f}x (medians of {a.rounds})")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("submissions", nargs="*", type=Path, default=DEFAULT)
     ap.add_argument("--containment", nargs="+", default=["namespaces", "run-user"])
     ap.add_argument("--against", metavar="REV", help="another revision, graded in turns")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--exercises", default="", help="e.g. tp,accum: with and without them")
     a = ap.parse_args()
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
     if a.against:
         return side_by_side(a)
+    if a.exercises:
+        return with_exercises(a)
     # The entry is Gradescope's `python3 main.py`: this interpreter's, as tests.autograder's
     # rehearsal has it (outside the venv, PATH's python3 has no torch: every run would fail)
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
@@ -109,7 +150,8 @@ def main() -> int:
                 results = grade(sub.resolve(), Path(tmp) / "results.json", Grading())
                 wall = time.monotonic() - t0
             print(json.dumps({"submission": sub.name, "containment": mode,
-                              "wall_s": round(wall, 1), "score": results["score"]}), flush=True)
+                              "wall_s": round(wall, 1), "score": results["score"],
+                              **_lost(results)}), flush=True)
     return 0
 
 

@@ -69,11 +69,13 @@ def test_a_group_computes_on_the_same_rows(observed_tp, holds, spec):
     holds(check_tp_rows(observed_tp(spec), TP), f"rows per group in the {spec.name} run")
 
 
+@pytest.mark.long  # two runs in a row: started first
 def test_a_tensor_parallel_run_resumes_bit_identically(tp, holds):
     holds(check_resume(tp(TP2DP2), tp(TP2DP2_RESUMED), 10),
           f"{TP2DP2.name} resumed from its step-10 checkpoint")
 
 
+@pytest.mark.long
 def test_a_tensor_parallel_run_rolls_back_a_nan(tp, holds):
     step = fault_step("nan", suite_seed())
     holds(check_rollback(tp(TP2DP2), tp(tp_faulted("nan", step)), "nan", step),

@@ -70,11 +70,16 @@ MEM1 = RunSpec("mem1", world_size=1, batch_size=4, steps=6, checkpoint_every=3)
 RESUMED = RunSpec("resumed", resume_from=(BASE, 10))
 # Exercise 2: BASE with each rank's 4 rows as 4 micro-batches of 1 (compared with BASE).
 MICRO_BATCHES = 4
-MICRO = RunSpec(f"micro{MICRO_BATCHES}", extra=("--micro-batches", str(MICRO_BATCHES)))
-# Exercise 1: the heads over T = 2 ranks, alone (16 rows) and beside data parallelism of 2
-# (8 rows per group): each the one-rank run's 16 rows (SINGLE). No checkpoint.
+# 6 steps: step 1's gradient, the first 3 steps' reductions and the trajectory so far are
+# what it is compared on (a run costs its start more than its steps, but M passes per step)
+MICRO = RunSpec(f"micro{MICRO_BATCHES}", steps=6, checkpoint_every=3,
+                extra=("--micro-batches", str(MICRO_BATCHES)))
+# Exercise 1: the heads over T = 2 ranks, alone (16 rows, 6 steps) and beside data
+# parallelism of 2 (8 rows per group, the 20 steps its resume and rollback need): each the
+# one-rank run's 16 rows (SINGLE).
 TP = 2
-TP2 = RunSpec("tp2", world_size=2, batch_size=16, extra=("--tensor-parallel", str(TP)))
+TP2 = RunSpec("tp2", world_size=2, batch_size=16, steps=6, checkpoint_every=3,
+              extra=("--tensor-parallel", str(TP)))
 TP2DP2 = RunSpec("tp2dp2", world_size=4, batch_size=8, extra=("--tensor-parallel", str(TP)))
 TP2DP2_RESUMED = RunSpec("tp2dp2-resumed", world_size=4, batch_size=8,
                          extra=TP2DP2.extra, resume_from=(TP2DP2, 10))
