@@ -38,6 +38,7 @@ from tests.harness.runs import (
     MICRO,
     MICRO_BATCHES,
     N2,
+    ONE_BATCH,
     RESUMED,
     SINGLE,
     TP,
@@ -94,9 +95,9 @@ def _accumulation(run: Getter) -> list[Violation]:
     many = run(MICRO)
     return not_implemented(many, f"--micro-batches {MICRO_BATCHES}") or (
         check_micro_batches(many, MICRO.batch_size, MICRO_BATCHES)
-        + check_one_reduction(run(BASE), many, MICRO_BATCHES)
-        + check_accumulated_gradient(run(BASE), many, MICRO_BATCHES)
-        + check_follows_one_batch(run(BASE), many, MICRO_BATCHES))
+        + check_one_reduction(run(ONE_BATCH), many, MICRO_BATCHES)
+        + check_accumulated_gradient(run(ONE_BATCH), many, MICRO_BATCHES)
+        + check_follows_one_batch(run(ONE_BATCH), many, MICRO_BATCHES))
 
 
 def _tensor_parallel(run: Getter, seed: int) -> list[Violation]:

@@ -68,12 +68,13 @@ N2 = RunSpec("n2", world_size=2, batch_size=4, steps=6, checkpoint_every=3)
 N3 = RunSpec("n3", world_size=3, batch_size=4, steps=3, checkpoint_every=3)
 MEM1 = RunSpec("mem1", world_size=1, batch_size=4, steps=6, checkpoint_every=3)
 RESUMED = RunSpec("resumed", resume_from=(BASE, 10))
-# Exercise 2: BASE with each rank's 4 rows as 4 micro-batches of 1 (compared with BASE).
+# Exercise 2: N2 (2 ranks, 4 rows each, 6 steps) with each rank's 4 rows as 4 micro-batches
+# of 1, compared with N2 itself (the invariants' run): step 1's gradient, the first 3 steps'
+# reductions and the 6 steps' trajectory.
 MICRO_BATCHES = 4
-# 6 steps: step 1's gradient, the first 3 steps' reductions and the trajectory so far are
-# what it is compared on (a run costs its start more than its steps, but M passes per step)
-MICRO = RunSpec(f"micro{MICRO_BATCHES}", steps=6, checkpoint_every=3,
-                extra=("--micro-batches", str(MICRO_BATCHES)))
+MICRO = RunSpec(f"micro{MICRO_BATCHES}", world_size=2, batch_size=4, steps=6,
+                checkpoint_every=3, extra=("--micro-batches", str(MICRO_BATCHES)))
+ONE_BATCH = N2  # the run MICRO is compared with
 # Exercise 1: the heads over T = 2 ranks, alone (16 rows, 6 steps) and beside data
 # parallelism of 2 (8 rows per group, the 20 steps its resume and rollback need): each the
 # one-rank run's 16 rows (SINGLE).
