@@ -1,5 +1,5 @@
 """Suite configuration: which implementation to check, how long a run may take, where the
-grade file goes; the shared run cache; the reporting plugin (tests/harness/plugin.py)."""
+grade file goes; the shared run cache; the reporting plugin (tests/harness/report/plugin.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import box
-from tests.harness.checks import Run
-from tests.harness.diagnosis import diagnose
-from tests.harness.grading import LIKELY, NOT_CHECKED, NOT_GRADED
-from tests.harness.pictures import KINDS, as_text, facts
-from tests.harness.plugin import SuiteReport, suite_seed
-from tests.harness.runner import Watch
-from tests.harness.runs import BASE, MICRO, RESUMED, SINGLE, RunCache, RunSpec, timeline_of
-from tests.harness.violations import Violation, summarize
+from tests.harness.check.checks import Run
+from tests.harness.check.violations import Violation, summarize
+from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.report.grading import LIKELY, NOT_CHECKED, NOT_GRADED
+from tests.harness.report.pictures import KINDS, as_text, facts
+from tests.harness.report.plugin import SuiteReport, suite_seed
+from tests.harness.run import box
+from tests.harness.run.runner import Watch
+from tests.harness.run.runs import BASE, MICRO, RESUMED, SINGLE, RunCache, RunSpec, timeline_of
 
 ROOT = Path(__file__).resolve().parent
 REFERENCE_IMPL = (sys.executable, "-m", "capstone")

@@ -1,7 +1,8 @@
 """Grading one submission in graders' boxes: the Gradescope autograder zip, unpacked as
-Gradescope unpacks it, `run_autograder` run inside a cgroup of each size (tests/harness/cgbox.py;
-needs root and a writable cgroup file system). Prints a JSON row per box: wall time, the box's
-peak working set, the score, how many tests were not graded and the containment used.
+Gradescope unpacks it, `run_autograder` run inside a cgroup of each size
+(tests/harness/run/cgbox.py; needs root and a writable cgroup file system). Prints a JSON row
+per box: wall time, the box's peak working set, the score, how many tests were not graded
+and the containment used.
 
     python bench/boxes.py [--submission tests/submissions/reference] [--box 768:0.5 ...]
                           [--no-unshare]

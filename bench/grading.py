@@ -1,5 +1,5 @@
 """Grading one submission on this machine, as the autograder and grade_class grade it
-(`tests.harness.session.grade`: the graded modules in a pytest session of their own, the
+(`tests.harness.platforms.session.grade`: the graded modules in a pytest session of their own, the
 xdist workers the box fits, `--run-timeout 30`), per containment: namespaces where unshare is
 allowed, and the run-user containment (as in a Docker grader that refuses unshare).
 
@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.harness.contain import FORCE_VAR  # noqa: E402
-from tests.harness.session import Grading, grade  # noqa: E402
+from tests.harness.platforms.session import Grading, grade  # noqa: E402
+from tests.harness.run.contain import FORCE_VAR  # noqa: E402
 
 DEFAULT = [ROOT / "tests" / "submissions" / n for n in ("reference", "deadlock_at_step_5",
                                                         "ring")]
@@ -100,7 +100,7 @@ def side_by_side(a: argparse.Namespace) -> int:
 
 def with_exercises(a: argparse.Namespace) -> int:
     """The same submission graded in turns without and with the exercises (namespaces)."""
-    from tests.harness.grading import exercises_of
+    from tests.harness.report.grading import exercises_of
 
     chosen = exercises_of(a.exercises)
     walls: dict[tuple[str, bool], list[float]] = {}

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.harness.runner import Watch, run_command  # noqa: E402
-from tests.harness.runs import BASE  # noqa: E402
+from tests.harness.run.runner import Watch, run_command  # noqa: E402
+from tests.harness.run.runs import BASE  # noqa: E402
 
 
 def one_run(tmp: Path, observe: bool, i: int) -> float:

@@ -1,8 +1,8 @@
 """Grading one submission through each platform's grader on this machine, side by side:
 `grade_class` here and as a submitit job (`--executor local`), the Gradescope zip's
 `run_autograder`, PrairieLearn's `run` and the GitHub Classroom steps as the actions run them.
-Each platform grades with the same session (`tests.harness.session.grade`); what differs is
-what surrounds it (unpacking, a job's start, the steps).
+Each platform grades with the same session (`tests.harness.platforms.session.grade`); what
+differs is what surrounds it (unpacking, a job's start, the steps).
 
     python bench/platforms.py [SUBMISSION_DIR] [--repeat 1]
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.autograder import unpack  # noqa: E402
 from tests.grade_class import grade_class  # noqa: E402
-from tests.harness.session import Grading  # noqa: E402
+from tests.harness.platforms.session import Grading  # noqa: E402
 from tests.test_autograder import run_autograder, run_prairielearn  # noqa: E402
 from tests.test_classroom import _template, grade_in_classroom  # noqa: E402
 

@@ -21,19 +21,20 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from tests.harness import box, contain, prairielearn
-from tests.harness.grading import VISIBILITIES, WEIGHTS, exercises_of
-from tests.harness.session import ROOT, Grading, assignment_seed, grade, graded_modules
+from tests.harness.platforms import prairielearn
+from tests.harness.platforms.session import ROOT, Grading, assignment_seed, grade, graded_modules
+from tests.harness.report.grading import VISIBILITIES, WEIGHTS, exercises_of
+from tests.harness.run import box, contain
 
 PLATFORMS = ("gradescope", "prairielearn")
 GRADESCOPE_TIMEOUT_S = 600  # Gradescope's default autograder timeout (up to 40 minutes)
-RUNS_PER_SESSION = 8  # distinct runs a grading session asks for (tests/harness/runs.py)
+RUNS_PER_SESSION = 8  # distinct runs a grading session asks for (tests/harness/run/runs.py)
 
 # The suite's own dependencies (pyproject: dependencies + the test extra), pinned at install.
 SUITE_PACKAGES = ("torch", "numpy", "pytest", "pytest-timeout", "pytest-xdist", "hypothesis",
                   "filelock", "psutil")
 SUITE_FILES = ("conftest.py", "pyproject.toml", "constraints.txt", "tests/__init__.py",
-               "tests/autograder.py", "tests/harness/*.py", "tests/observer/*.py")
+               "tests/autograder.py", "tests/harness/**/*.py", "tests/observer/*.py")
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once, when it builds the image: the suite's Python dependencies, pinned
@@ -190,7 +191,7 @@ def rehearse(zip_path: Path, submission: Path, root: Path, box_mb: float | None 
     import subprocess
     import time
 
-    from tests.harness.cgbox import CgBox
+    from tests.harness.run.cgbox import CgBox
 
     unpack(zip_path, root, submission)
     os.chmod(root, 0o755)

@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         run_session(a.submission, a.results)
         return 0  # the steps after it read the file; a failing submission is no failed step
     from tests.autograder import contents, parse_build_args
-    from tests.harness.grading import EXERCISES, WEIGHTS
-    from tests.harness.session import ROOT
+    from tests.harness.platforms.session import ROOT
+    from tests.harness.report.grading import EXERCISES, WEIGHTS
 
     a, weights = parse_build_args(argv, "python -m tests.classroom",
                                   "write a GitHub Classroom template's workflow and suite",

@@ -9,7 +9,7 @@ submission_metadata.yml: each group member gets a row with the group's grade, wi
 SID and email). The entry command runs inside the submission's folder. Submissions are graded
 one after another here (or K at once with -j when the machine has the cores and runs are
 contained in namespaces), with a progress bar and ETA; `--executor local|slurm` runs one
-submitit job per submission instead (tests/harness/class_jobs.py). Run it again and it
+submitit job per submission instead (tests/harness/platforms/class_jobs.py). Run it again and it
 resumes: a submission with a results file is not graded twice (delete grades/students/NAME
 to regrade one). It writes:
 
@@ -36,12 +36,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from tests.harness import contain
-from tests.harness.class_jobs import EXECUTORS, JobResources, run_jobs
-from tests.harness.class_report import write_csv, write_feedback, write_summary
-from tests.harness.grading import exercises_of
-from tests.harness.roster import read_roster
-from tests.harness.session import Grading, assignment_seed
+from tests.harness.platforms.class_jobs import EXECUTORS, JobResources, run_jobs
+from tests.harness.platforms.roster import read_roster
+from tests.harness.platforms.session import Grading, assignment_seed
+from tests.harness.report.class_report import write_csv, write_feedback, write_summary
+from tests.harness.report.grading import exercises_of
+from tests.harness.run import contain
 
 
 def graded(results: Path) -> dict[str, Any] | None:

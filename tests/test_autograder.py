@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.autograder import SUITE_PACKAGES, unpack
-from tests.harness.grading import INVARIANTS, WEIGHTS
+from tests.harness.report.grading import INVARIANTS, WEIGHTS
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBMISSIONS = ROOT / "tests" / "submissions"
@@ -161,7 +161,7 @@ def test_prairielearn_grades_with_the_same_verdicts_and_points(tmp_path):
 
 
 def test_a_submission_the_machine_could_not_grade_is_not_gradable_on_prairielearn():
-    from tests.harness.prairielearn import to_prairielearn
+    from tests.harness.platforms.prairielearn import to_prairielearn
 
     model = {"score": 80.0, "output": "SCORE INCOMPLETE: 1 of 2 tests could not be graded",
              "extra_data": {"not_graded": ["t2"]},

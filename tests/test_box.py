@@ -1,4 +1,4 @@
-"""The suite inside graders' boxes (cgroups of a grader's size, tests/harness/cgbox.py): it
+"""The suite inside graders' boxes (cgroups of a grader's size, tests/harness/run/cgbox.py): it
 reads the box it is in, a run the box killed is rerun alone and never charged, a run the box
 kills twice is not graded (and says why), a submission that allocates without bound is still
 charged; and, marked `box` (minutes: `pytest -m box`), the Gradescope autograder in
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from tests.autograder import rehearse
-from tests.harness import box as box_mod
-from tests.harness import cgbox, contain
+from tests.harness.run import box as box_mod
+from tests.harness.run import cgbox, contain
 
 ROOT = Path(__file__).resolve().parents[1]
 WHY_NOT = cgbox.usable()
@@ -37,9 +37,9 @@ GRADER = textwrap.dedent("""
     import json, sys
     from dataclasses import asdict
     from pathlib import Path
-    from tests.harness import box
-    from tests.harness.runner import Watch
-    from tests.harness.runs import RunCache, RunSpec
+    from tests.harness.run import box
+    from tests.harness.run.runner import Watch
+    from tests.harness.run.runs import RunCache, RunSpec
     box.protect_self()
     root, argv = Path(sys.argv[1]), json.loads(sys.argv[2])
     mem = box.process_cap_mb(box.read_box()) * 2**20
@@ -82,7 +82,7 @@ def grade_one_run(box: cgbox.CgBox, tmp_path: Path, argv: list[str],
 
 
 def test_the_suite_reads_the_box_it_is_in_and_plans_for_it():
-    probe = ("import json; from tests.harness import box; b = box.read_box(); "
+    probe = ("import json; from tests.harness.run import box; b = box.read_box(); "
              "print(json.dumps([b.memory_limit_mb, b.cpu_quota, box.plan(b).workers, "
              "box.process_cap_mb(b)]))")
     seen = {}
@@ -131,7 +131,7 @@ def test_a_run_the_box_kills_twice_is_not_graded_and_says_why(tmp_path):
     assert "choose a larger autograder machine" in why
 
 
-COUNT_OOM_KILLS = "from tests.harness import box; print(box.oom_kills())"
+COUNT_OOM_KILLS = "from tests.harness.run import box; print(box.oom_kills())"
 
 
 def test_a_kill_in_a_box_beside_this_one_is_not_counted_here():

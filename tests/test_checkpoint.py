@@ -17,7 +17,7 @@ from capstone.checkpoint import (
     step_dir_name,
 )
 from capstone.world import World
-from tests.harness.corrupt import plant_code_in_shard
+from tests.harness.run.corrupt import plant_code_in_shard
 
 P = 37
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.classroom import COMMAND_GRADER, COMMAND_GRADER_INPUTS, REPORTER, workflow
-from tests.harness.grading import INVARIANTS, WEIGHTS, graded_name
+from tests.harness.report.grading import INVARIANTS, WEIGHTS, graded_name
 
 yaml = pytest.importorskip("yaml", reason="the [class] extra (pip install -e '.[class]')")
 ROOT = Path(__file__).resolve().parents[1]

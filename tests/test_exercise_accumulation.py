@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.exercise_checks import (
+from tests.harness.check.exercise_checks import (
     EXIT_USAGE,
     NOT_IMPLEMENTED,
     check_accumulated_gradient,
@@ -21,7 +21,7 @@ from tests.harness.exercise_checks import (
     check_micro_batches,
     check_one_reduction,
 )
-from tests.harness.runs import MICRO, MICRO_BATCHES, ONE_BATCH
+from tests.harness.run.runs import MICRO, MICRO_BATCHES, ONE_BATCH
 
 M = MICRO_BATCHES
 FLAG = f"--micro-batches {M}"

@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.checks import check_resume, check_rollback
-from tests.harness.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
-from tests.harness.plugin import suite_seed
-from tests.harness.runs import SINGLE, TP, TP2, TP2DP2, TP2DP2_RESUMED, fault_step, tp_faulted
-from tests.harness.tp_checks import check_heads, check_tp_loss, check_tp_rows, check_tp_traffic
+from tests.harness.check.checks import check_resume, check_rollback
+from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
+from tests.harness.check.tp_checks import (
+    check_heads,
+    check_tp_loss,
+    check_tp_rows,
+    check_tp_traffic,
+)
+from tests.harness.report.plugin import suite_seed
+from tests.harness.run.runs import SINGLE, TP, TP2, TP2DP2, TP2DP2_RESUMED, fault_step, tp_faulted
 
 FLAG = f"--tensor-parallel {TP}"
 SPECS = pytest.mark.parametrize("spec", [TP2, TP2DP2], ids=lambda s: s.name)

@@ -10,8 +10,8 @@ from capstone.config import GPTConfig
 from capstone.data import global_batch, rank_batch
 from capstone.model import build_model
 from capstone.trainer import accumulate_gradients
-from tests.harness.checks import check_parity
-from tests.harness.runs import BASE, SINGLE, RunSpec
+from tests.harness.check.checks import check_parity
+from tests.harness.run.runs import BASE, SINGLE, RunSpec
 
 
 def _flat_grad(model: torch.nn.Module) -> torch.Tensor:
@@ -98,9 +98,13 @@ def test_a_tensor_parallel_run_takes_the_suites_own_faults(reference_only, run, 
     flag, is rolled back."""
     from dataclasses import replace
 
-    from tests.harness.checks import check_rollback
-    from tests.harness.fault_checks import check_killed, check_nemesis, check_resumed_after_kill
-    from tests.harness.runs import TP2DP2, nemesis_kill, nemesis_nan, nemesis_of, resumed_after
+    from tests.harness.check.checks import check_rollback
+    from tests.harness.check.fault_checks import (
+        check_killed,
+        check_nemesis,
+        check_resumed_after_kill,
+    )
+    from tests.harness.run.runs import TP2DP2, nemesis_kill, nemesis_nan, nemesis_of, resumed_after
 
     def tp(spec: RunSpec) -> RunSpec:
         return replace(spec, name=f"tp2dp2-{spec.name}", world_size=TP2DP2.world_size,

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.diagnosis import diagnose
-from tests.harness.fault_checks import FLAG_HINT, check_fault_took_effect
-from tests.harness.matrix import CHECKS, FROM_BASE_RUN, evaluate
-from tests.harness.runs import fault_step, faulted
-from tests.harness.violations import summarize
+from tests.harness.check.fault_checks import FLAG_HINT, check_fault_took_effect
+from tests.harness.check.matrix import CHECKS, FROM_BASE_RUN, evaluate
+from tests.harness.check.violations import summarize
+from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.run.runs import fault_step, faulted
 from tests.mutants.catalogue import MUTANTS
 
 LAUNCHER = Path(__file__).resolve().parent / "mutants" / "launch.py"

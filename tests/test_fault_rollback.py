@@ -10,15 +10,15 @@ no flag, in one rank's gradients of one drawn step, is rolled back all the same.
 
 import pytest
 
-from tests.harness.checks import check_checkpoint_files, check_rollback
-from tests.harness.fault_checks import (
+from tests.harness.check.checks import check_checkpoint_files, check_rollback
+from tests.harness.check.fault_checks import (
     check_fault_took_effect,
     check_killed,
     check_nemesis,
     check_resumed_after_kill,
 )
-from tests.harness.plugin import suite_seed
-from tests.harness.runs import (
+from tests.harness.report.plugin import suite_seed
+from tests.harness.run.runs import (
     BASE,
     FAULT_KINDS,
     fault_step,

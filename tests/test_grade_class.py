@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.grade_class import grade_class
-from tests.harness.grading import INVARIANTS
-from tests.harness.session import Grading
+from tests.harness.platforms.session import Grading
+from tests.harness.report.grading import INVARIANTS
 
 STUDENTS = {
     "crasher": "raise SystemExit('ImportError: no module named zero')\n",
@@ -92,7 +92,7 @@ def _export(root: Path) -> Path:
 def test_a_gradescope_export_is_read_with_its_students():
     import tempfile
 
-    from tests.harness.roster import Student, read_roster
+    from tests.harness.platforms.roster import Student, read_roster
 
     with tempfile.TemporaryDirectory() as d:
         roster = read_roster(_export(Path(d)))

@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from tests.harness.checks import (
+from tests.harness.check.checks import (
     LOSS_RISE_RTOL,
     OVERSHOOT_RTOL,
     Run,
@@ -17,8 +17,8 @@ from tests.harness.checks import (
     check_monotonic_loss,
     check_parity,
 )
-from tests.harness.parse import ParsedRun, parse_metrics
-from tests.harness.runner import Outcome
+from tests.harness.observe.parse import ParsedRun, parse_metrics
+from tests.harness.run.runner import Outcome
 
 
 def synthetic(losses: list[float], world_size: int = 2, norms: list[float] | None = None) -> Run:
@@ -140,7 +140,7 @@ def test_a_rollback_must_come_before_the_bad_update_is_kept(tmp_path_factory, ki
     """The order the run logged in tells when its guard fired: a NaN gradient is seen in
     step S's own gradient norm (step S is never logged before the rollback); a spike first
     in step S+1's loss (step S may be, step S+1 not). Later, the bad update was kept."""
-    from tests.harness.checks import noticed_in_time
+    from tests.harness.check.checks import noticed_in_time
 
     in_time = fault - 1 if kind == "nan" else fault
     logged = in_time + late

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.crash import Crash, _first, first_exception
-from tests.harness.runs import BASE
+from tests.harness.diagnose.crash import Crash, _first, first_exception
+from tests.harness.run.runs import BASE
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.harness.checks import Run
-from tests.harness.diagnosis import (
+from tests.harness.check.checks import Run
+from tests.harness.check.violations import Violation
+from tests.harness.diagnose.diagnosis import (
     ACCUMULATE,
     BROADCAST,
     LOCAL_GUARD,
@@ -17,7 +18,6 @@ from tests.harness.diagnosis import (
     UPDATE,
     diagnose,
 )
-from tests.harness.violations import Violation
 
 
 def parity(step: int, key: str, expected: float, found: float) -> Violation:
@@ -57,9 +57,9 @@ def test_a_rollback_that_did_not_cure_the_run_says_what_was_seen():
 
 
 def test_gradients_that_accumulate_are_named_before_a_guess_about_moments():
-    from tests.harness.checks import _accumulating
-    from tests.harness.parse import ParsedRun
-    from tests.harness.runner import Outcome
+    from tests.harness.check.checks import _accumulating
+    from tests.harness.observe.parse import ParsedRun
+    from tests.harness.run.runner import Outcome
 
     def run(norms: dict[int, float]) -> Run:
         parsed = ParsedRun(Path("."), 1)

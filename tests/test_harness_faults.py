@@ -9,9 +9,9 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.harness.diagnosis import diagnose
-from tests.harness.fault_checks import FLAG_HINT, check_fault_took_effect, check_nemesis
-from tests.harness.observe import Call
+from tests.harness.check.fault_checks import FLAG_HINT, check_fault_took_effect, check_nemesis
+from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.observe.traces import Call
 from tests.test_harness_observe import observed_run, rank_trace
 
 CLEAN = [4.1, 3.2, 2.6, 2.1, 1.8, 1.5, 1.3]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.grading import (
+from tests.harness.report.grading import (
     CONFIG_VAR,
     EXERCISES,
     INVARIANTS,
@@ -70,7 +70,7 @@ def test_checks_turned_off_cost_no_points(tmp_path):
 def test_a_test_the_machine_could_not_grade_is_neither_passed_nor_failed(tmp_path):
     """Its points stay out of reach (no scaling hides it), no status, and the output says so
     first; the class report flags the student for a regrade."""
-    from tests.harness.class_report import feedback, per_invariant, write_csv
+    from tests.harness.report.class_report import feedback, per_invariant, write_csv
 
     collected = {f"tests/test_invariant_{m}.py::t": m for m in INVARIANTS if m != "rollback"}
     outcomes = {n: {"status": "passed", "output": ""} for n in collected}
@@ -93,7 +93,7 @@ def test_a_test_the_machine_could_not_grade_is_neither_passed_nor_failed(tmp_pat
 
 
 def test_the_class_median_is_the_median(tmp_path):
-    from tests.harness.class_report import write_summary
+    from tests.harness.report.class_report import write_summary
 
     write_summary(tmp_path, {"a": {"score": 100.0, "tests": []},
                              "b": {"score": 90.0, "tests": []}})
@@ -103,7 +103,7 @@ def test_the_class_median_is_the_median(tmp_path):
 def test_the_cause_is_told_once_first_and_the_class_is_grouped_by_it(tmp_path):
     """A deadlocking student: no_deadlock's cause once, first; what it broke one line each,
     counted under the cause in the class summary, not under each invariant."""
-    from tests.harness.class_report import feedback, root_causes, write_summary
+    from tests.harness.report.class_report import feedback, root_causes, write_summary
 
     cause = "ranks issue different collectives; deadlock: rank 0 blocked in recv(src=1)"
     tests = [{"name": "tests/test_invariant_no_deadlock.py::t[base]", "score": 0.0,
@@ -164,7 +164,7 @@ def test_the_instructor_may_give_not_checked_checks_a_share_of_their_points(tmp_
 
 
 def test_exercises_are_graded_only_where_a_grading_selects_them(tmp_path, monkeypatch):
-    from tests.harness.session import Grading, graded_modules, pytest_command
+    from tests.harness.platforms.session import Grading, graded_modules, pytest_command
 
     assert not any("test_exercise_" in m for m in graded_modules())
     assert any(m.endswith("test_exercise_accumulation.py")
@@ -197,7 +197,7 @@ def test_the_autograder_ships_the_exercises_it_grades():
 
 
 def test_the_class_report_shows_an_exercise_column_only_when_graded(tmp_path):
-    from tests.harness.class_report import INVARIANTS, columns
+    from tests.harness.report.class_report import INVARIANTS, columns
 
     def results(names: list[str]) -> dict[str, Any]:
         return {"score": 10.0, "tests": [{"name": f"tests/test_{n}.py::t", "score": 10.0,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.checks import check_clean_exit, check_monotonic_loss, check_zero_memory
-from tests.harness.runner import Watch, processes_with_token
-from tests.harness.runs import BASE, RunCache
+from tests.harness.check.checks import check_clean_exit, check_monotonic_loss, check_zero_memory
+from tests.harness.run.runner import Watch, processes_with_token
+from tests.harness.run.runs import BASE, RunCache
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 ROOT = Path(__file__).resolve().parents[1]

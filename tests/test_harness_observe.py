@@ -9,18 +9,18 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.harness.checks import Run
-from tests.harness.observe import Call, Observation, ProcessTrace, deadlocked, where_blocked
-from tests.harness.observed_checks import (
+from tests.harness.check.checks import Run
+from tests.harness.check.observed_checks import (
     NOT_OBSERVED,
     check_genuine_ranks,
     check_measured_memory,
     check_same_sequence,
     check_zero_traffic,
 )
-from tests.harness.parse import ParsedRun
-from tests.harness.runner import Outcome
-from tests.harness.work_checks import CONTEXT, check_data_parallel, check_reduced
+from tests.harness.check.work_checks import CONTEXT, check_data_parallel, check_reduced
+from tests.harness.observe.parse import ParsedRun
+from tests.harness.observe.traces import Call, Observation, ProcessTrace, deadlocked, where_blocked
+from tests.harness.run.runner import Outcome
 
 SEC = 10**9
 

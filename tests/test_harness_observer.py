@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import acl, contain
-from tests.harness.checks import check_clean_exit, check_monotonic_loss
-from tests.harness.observed_checks import NOT_OBSERVED, check_genuine_ranks
-from tests.harness.runner import Watch, run_command
-from tests.harness.runs import BASE, RunCache, RunSpec
-from tests.harness.work_checks import check_data_parallel, check_reduced
+from tests.harness.check.checks import check_clean_exit, check_monotonic_loss
+from tests.harness.check.observed_checks import NOT_OBSERVED, check_genuine_ranks
+from tests.harness.check.work_checks import check_data_parallel, check_reduced
+from tests.harness.run import acl, contain
+from tests.harness.run.runner import Watch, run_command
+from tests.harness.run.runs import BASE, RunCache, RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "hostile"
@@ -171,7 +171,7 @@ def test_without_namespaces_runs_fall_back_to_the_marker_scan_one_at_a_time(tmp_
     it, not only the run cache: two runs started at once under the marker scan never
     overlap; the marker scan still finds a marked helper."""
     env = dict(os.environ, **{contain.FORCE_VAR: contain.MARKER_SCAN})
-    mode = subprocess.run([sys.executable, "-c", "from tests.harness import contain; "
+    mode = subprocess.run([sys.executable, "-c", "from tests.harness.run import contain; "
                            "print(contain.mode())"], cwd=ROOT, env=env, capture_output=True,
                           text=True, check=True).stdout.strip()
     assert mode == contain.MARKER_SCAN
@@ -277,7 +277,7 @@ dist.destroy_process_group()
 def small_program(tmp_path_factory):
     """One process in a world of 1, observed: two backward passes (the memory snapshots)
     and a few collectives."""
-    from tests.harness.observe import load_observation
+    from tests.harness.observe.traces import load_observation
 
     tmp = tmp_path_factory.mktemp("small")
     (tmp / "obs").mkdir()

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.checks import check_parity, check_resume
-from tests.harness.class_report import write_feedback
-from tests.harness.matrix import CHECKS
-from tests.harness.observed_checks import check_measured_memory
-from tests.harness.pictures import as_text, facts, render
-from tests.harness.runner import Watch
-from tests.harness.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunCache
-from tests.harness.state_checks import check_state_location
+from tests.harness.check.checks import check_parity, check_resume
+from tests.harness.check.matrix import CHECKS
+from tests.harness.check.observed_checks import check_measured_memory
+from tests.harness.check.state_checks import check_state_location
+from tests.harness.report.class_report import write_feedback
+from tests.harness.report.pictures import as_text, facts, render
+from tests.harness.run.runner import Watch
+from tests.harness.run.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunCache
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "tests" / "mutants" / "launch.py"
@@ -114,9 +114,9 @@ def test_a_run_that_did_nothing_gets_words_and_no_empty_picture(shared_tmp, tmp_
 def test_a_late_guard_is_marked_where_it_kept_the_bad_update(reference_only, run_cache):
     """The runs of a guard that fired a step late do not part (the bad step is replayed):
     the picture marks where the bad update was kept, not a parting."""
-    from tests.harness.checks import check_rollback
-    from tests.harness.matrix import ROLLBACK_PROBE
-    from tests.harness.runs import faulted
+    from tests.harness.check.checks import check_rollback
+    from tests.harness.check.matrix import ROLLBACK_PROBE
+    from tests.harness.run.runs import faulted
 
     base, late = (mutant(run_cache, "loss_only_guard", s) for s in (BASE, faulted(*ROLLBACK_PROBE)))
     f = facts("rollback", [base, late], check_rollback(base, late, *ROLLBACK_PROBE))

@@ -13,8 +13,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.harness.diagnosis import diagnose
-from tests.harness.state_checks import WHOLE_HINT, check_state_location
+from tests.harness.check.state_checks import WHOLE_HINT, check_state_location
+from tests.harness.diagnose.diagnosis import diagnose
 from tests.test_harness_observe import observed_run, rank_trace
 
 OBSERVER = Path(__file__).resolve().parent / "observer" / "_observer_state.py"

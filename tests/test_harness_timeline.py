@@ -8,8 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from tests.harness.runs import BASE, timeline_of
-from tests.harness.timeline import draw
+from tests.harness.observe.timeline import draw
+from tests.harness.run.runs import BASE, timeline_of
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = {"X", "i", "M"}
@@ -77,7 +77,7 @@ def test_a_deadlocked_runs_timeline_marks_the_stop_and_the_blocked_calls(deadloc
 
 def test_too_much_traffic_shows_in_the_timeline_and_the_failure_names_it(reference_only,
                                                                          run_cache, tmp_path):
-    from tests.harness.observed_checks import check_zero_traffic
+    from tests.harness.check.observed_checks import check_zero_traffic
 
     launcher = ROOT / "tests" / "mutants" / "launch.py"
     r = run_cache.get((sys.executable, str(launcher), "ddp_and_zero"), BASE)

@@ -1,8 +1,8 @@
 """Invariant 4: checkpoints are what their manifests say, load with weights_only=True, and a
 run resumed from step 10 repeats steps 11..20 bit for bit, down to the step-20 shard bytes."""
 
-from tests.harness.checks import check_checkpoint_files, check_resume
-from tests.harness.runs import BASE, RESUMED
+from tests.harness.check.checks import check_checkpoint_files, check_resume
+from tests.harness.run.runs import BASE, RESUMED
 
 
 def test_checkpoints_match_their_manifests(run, holds):

@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from tests.harness.observed_checks import (
+from tests.harness.check.observed_checks import (
     check_genuine_ranks,
     check_same_sequence,
     check_zero_traffic,
     traffic_per_step,
 )
-from tests.harness.runs import BASE, N2, N3
-from tests.harness.work_checks import check_data_parallel, check_reduced, tokens_per_step
+from tests.harness.check.work_checks import check_data_parallel, check_reduced, tokens_per_step
+from tests.harness.run.runs import BASE, N2, N3
 
 
 @pytest.fixture

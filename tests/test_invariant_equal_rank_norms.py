@@ -3,8 +3,8 @@
 
 import pytest
 
-from tests.harness.checks import check_equal_norms
-from tests.harness.runs import BASE, N3
+from tests.harness.check.checks import check_equal_norms
+from tests.harness.run.runs import BASE, N3
 
 
 @pytest.mark.parametrize("spec", [BASE, N3], ids=lambda s: s.name)

@@ -3,8 +3,8 @@ and every rank logs the same global loss."""
 
 import pytest
 
-from tests.harness.checks import check_monotonic_loss
-from tests.harness.runs import BASE, SINGLE
+from tests.harness.check.checks import check_monotonic_loss
+from tests.harness.run.runs import BASE, SINGLE
 
 
 @pytest.mark.parametrize("spec", [BASE, SINGLE], ids=lambda s: s.name)

@@ -4,8 +4,8 @@ the bound) is reported with where each rank was blocked and each rank's stack.""
 
 import pytest
 
-from tests.harness.checks import check_clean_exit
-from tests.harness.runs import BASE, RESUMED, SINGLE
+from tests.harness.check.checks import check_clean_exit
+from tests.harness.run.runs import BASE, RESUMED, SINGLE
 
 
 @pytest.mark.parametrize("spec", [BASE, SINGLE, RESUMED], ids=lambda s: s.name)

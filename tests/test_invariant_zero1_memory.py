@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from tests.harness.checks import check_memory_scaling, check_zero_memory
-from tests.harness.observed_checks import check_measured_memory, persistent_bytes
-from tests.harness.runs import BASE, MEM1, N2, N3, SINGLE
-from tests.harness.state_checks import check_state_location, located
+from tests.harness.check.checks import check_memory_scaling, check_zero_memory
+from tests.harness.check.observed_checks import check_measured_memory, persistent_bytes
+from tests.harness.check.state_checks import check_state_location, located
+from tests.harness.run.runs import BASE, MEM1, N2, N3, SINGLE
 
 
 @pytest.mark.parametrize("spec", [BASE, SINGLE, N2, N3], ids=lambda s: s.name)

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from tests.harness.checks import Run
-from tests.harness.observe import load_observation
-from tests.harness.observed_checks import check_genuine_ranks
-from tests.harness.parse import parse_run
-from tests.harness.runner import Watch, run_command
-from tests.harness.runs import N2
+from tests.harness.check.checks import Run
+from tests.harness.check.observed_checks import check_genuine_ranks
+from tests.harness.observe.parse import parse_run
+from tests.harness.observe.traces import load_observation
+from tests.harness.run.runner import Watch, run_command
+from tests.harness.run.runs import N2
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO_NODES = ROOT / "tests" / "harness" / "two_nodes.py"

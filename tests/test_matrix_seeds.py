@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.diagnosis import diagnose
-from tests.harness.matrix import CHECKS, FROM_BASE_RUN, evaluate
-from tests.harness.runs import RunCache
-from tests.harness.violations import summarize
+from tests.harness.check.matrix import CHECKS, FROM_BASE_RUN, evaluate
+from tests.harness.check.violations import summarize
+from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.run.runs import RunCache
 from tests.mutants.catalogue import MUTANTS
 
 LAUNCHER = Path(__file__).resolve().parent / "mutants" / "launch.py"

@@ -18,7 +18,7 @@ import pytest
 
 from tests.autograder import unpack
 from tests.grade_class import grade_class
-from tests.harness.session import Grading
+from tests.harness.platforms.session import Grading
 from tests.test_autograder import run_autograder, run_prairielearn
 from tests.test_classroom import _template, classroom_points, grade_in_classroom
 

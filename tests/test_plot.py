@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from capstone.plot import load_run, main
-from tests.harness.runs import faulted
+from tests.harness.run.runs import faulted
 
 
 @pytest.mark.slow

@@ -16,11 +16,11 @@ import pytest
 
 from capstone.checkpoint import load_checkpoint
 from capstone.cli import main
-from tests.harness.checks import PARITY_LOSS_RTOL, Run, check_rollback
-from tests.harness.corrupt import plant_code_in_shard
-from tests.harness.parse import parse_run
-from tests.harness.runner import Outcome, processes_with_token, run_command
-from tests.harness.runs import BASE, faulted
+from tests.harness.check.checks import PARITY_LOSS_RTOL, Run, check_rollback
+from tests.harness.observe.parse import parse_run
+from tests.harness.run.corrupt import plant_code_in_shard
+from tests.harness.run.runner import Outcome, processes_with_token, run_command
+from tests.harness.run.runs import BASE, faulted
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPSTONE = (sys.executable, "-m", "capstone")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.session import Grading, grade
+from tests.harness.platforms.session import Grading, grade
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.long, pytest.mark.slow]
@@ -76,7 +76,7 @@ def test_ranks_that_raise_the_same_open_the_feedback_with_one_cause(tmp_path, re
     """tests/hostile/same_error.py: four fork-context Process ranks raise the same KeyError;
     their tracebacks and multiprocessing's "Process ForkProcess-N:" headers interleave on
     stderr. The feedback opens with the one cause, once, for ranks 0-3."""
-    from tests.harness.class_report import feedback
+    from tests.harness.report.class_report import feedback
 
     sub = tmp_path / "sub"
     sub.mkdir()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import runs, stress
-from tests.harness.runner import Outcome, Watch
-from tests.harness.runs import BASE, RunCache
+from tests.harness.run import runs, stress
+from tests.harness.run.runner import Outcome, Watch
+from tests.harness.run.runs import BASE, RunCache
 
 
 def _stress(**kw: float) -> dict[str, float]:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.checks import check_monotonic_loss
-from tests.harness.diagnosis import diagnose
-from tests.harness.matrix import INVARIANT_CHECKS, evaluate
-from tests.harness.runs import BASE
-from tests.harness.violations import summarize
+from tests.harness.check.checks import check_monotonic_loss
+from tests.harness.check.matrix import INVARIANT_CHECKS, evaluate
+from tests.harness.check.violations import summarize
+from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.run.runs import BASE
 
 STUDENT = Path(__file__).resolve().parent / "students" / "zero1.py"
 STUDENT_NN = STUDENT.with_name("zero1_nn.py")

@@ -25,7 +25,7 @@ class Mutant:
     patch: Callable[[], None]
     extra_flags: tuple[str, ...] = ()  # appended to the contract flags
     main: Callable[[list[str]], int] | None = None  # instead of capstone's own main
-    hint: str = ""  # what the feedback must say (tests/harness/diagnosis.py), from violations
+    hint: str = ""  # what the feedback must say (harness/diagnose/diagnosis.py), from violations
 
 
 class _DistProxy:

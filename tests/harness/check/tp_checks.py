@@ -1,0 +1,231 @@
+"""The lesson's exercise 1, tensor parallelism of the attention heads, checked on what the
+ranks did (observer): runs with `--tensor-parallel T` against the same program's one-rank
+run on the same rows.
+
+Ranks are grouped as the contract says: tensor-parallel group g is ranks [g·T, (g+1)·T) and
+is data-parallel rank g (it trains on rows [g·B, (g+1)·B) of a global batch of (N/T)·B).
+
+- `check_tp_loss`: the loss of rank 0 equals the one-rank run's at every step (1e-5);
+- `check_heads`: each rank holds n_head/T heads of every block: its q/k/v and output
+  projection weights are slices (rows of q/k/v, columns of the projection) of the one-rank
+  run's initial weights, found by the checksums of their rows and columns at the first
+  backward pass; 1/T of the attention's weight elements per rank, the slices of a group
+  disjoint and together the whole;
+- `check_tp_traffic`: per block, the attention output (B x context x embedding elements)
+  is all-reduced over the tensor-parallel group in forward, and the input's gradient once in
+  backward; nothing else of that size crosses the group;
+- `check_tp_rows`: the ranks of a tensor-parallel group compute on the same rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from tests.harness.check.checks import PARITY_LOSS_RTOL, Run, is_finite
+from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
+from tests.harness.check.violations import Violation
+from tests.harness.observe.traces import Call, ProcessTrace
+
+INV = "tensor_parallel"
+# The contract's MiniGPT: 2 blocks, 4 heads, embedding 32, context 16. Each block's attention
+# weights: q, k, v (3 x 32 x 32) and the output projection (32 x 32).
+N_LAYER, N_HEAD, N_EMBD, CONTEXT = 2, 4, 32, 16
+ATTENTION_WEIGHTS = N_LAYER * (3 * N_EMBD * N_EMBD + N_EMBD * N_EMBD)
+HEADS_HINT = ("rank t of a group keeps heads [t·H/T, (t+1)·H/T): those heads' rows of the q, "
+              "k and v projections and the matching columns of the output projection")
+
+
+def not_implemented(run: Run, t: int) -> list[Violation]:
+    if run.outcome.returncode == EXIT_USAGE:
+        return [Violation(INV, None, None, f"a run with --tensor-parallel {t}",
+                          "exit 2 (usage error)",
+                          f"{NOT_IMPLEMENTED}: the program rejects --tensor-parallel {t}")]
+    return []
+
+
+def groups(world_size: int, t: int) -> list[list[int]]:
+    """The contract's tensor-parallel groups: consecutive ranks."""
+    return [list(range(g * t, (g + 1) * t)) for g in range(world_size // t)]
+
+
+def check_tp_loss(tp: Run, single: Run, t: int) -> list[Violation]:
+    """Rank 0's loss equals the one-rank run's at every step (1e-5 relative)."""
+    out = not_implemented(tp, t)
+    if out:
+        return out
+    mine, theirs = tp.parsed.records.get(0, {}), single.parsed.records.get(0, {})
+    for s in range(1, tp.steps + 1):
+        a, b = mine.get(s), theirs.get(s)
+        if a is None or b is None:
+            out.append(Violation(INV, 0, s, "both runs log the step", "missing in the "
+                                 + ("tensor-parallel run" if a is None else "one-rank run")))
+            break
+        x, y = float(a.get("loss", math.nan)), float(b.get("loss", math.nan))
+        if not (is_finite(x) and is_finite(y) and math.isclose(x, y, rel_tol=PARITY_LOSS_RTOL)):
+            out.append(Violation(INV, 0, s, f"loss {y!r} (one rank, the same rows) within "
+                                 f"{PARITY_LOSS_RTOL:g} rel", x,
+                                 f"the {tp.world_size}-rank run with --tensor-parallel {t} "
+                                 "does not compute the one-rank model: see the other "
+                                 "tensor-parallel checks for which part"))
+            break
+    return out
+
+
+def _slice_of(leaf: dict[str, Any], full: list[dict[str, Any]]
+              ) -> tuple[int, str, frozenset[int]] | None:
+    """(index of the full leaf, "rows" or "cols", which of its rows or columns) when `leaf`
+    is a strict slice of one of `full`'s leaves; None otherwise (whole, or no relation)."""
+    r, c = leaf["shape"]
+    for i, f in enumerate(full):
+        fr, fc = f["shape"]
+        if c == fc and r < fr:
+            where = {h: j for j, h in enumerate(f["rows"])}
+            if all(h in where for h in leaf["rows"]):
+                return i, "rows", frozenset(where[h] for h in leaf["rows"])
+        if r == fr and c < fc:
+            where = {h: j for j, h in enumerate(f["cols"])}
+            if all(h in where for h in leaf["cols"]):
+                return i, "cols", frozenset(where[h] for h in leaf["cols"])
+    return None
+
+
+def check_heads(tp: Run, single: Run, t: int) -> list[Violation]:
+    """Each rank holds 1/T of the attention's weights, as slices of the one-rank run's
+    initial weights; a group's slices are disjoint and make the whole."""
+    out = not_implemented(tp, t)
+    if out or tp.observed is None or single.observed is None:
+        return out
+    ones = single.observed.trainers()
+    if 0 not in ones or not ones[0].leaves:
+        return out  # the one-rank run's backward was not seen: parity tells the rest
+    full = ones[0].leaves
+    ranks = tp.observed.ranks()
+    want = ATTENTION_WEIGHTS // t
+    for members in groups(tp.world_size, t):
+        held: dict[int, dict[int, tuple[str, frozenset[int]]]] = {}
+        for r in members:
+            p = ranks.get(r)
+            if p is None or not p.leaves:
+                continue
+            held[r] = {}
+            for leaf in p.leaves:
+                found = _slice_of(leaf, full)
+                if found is not None:
+                    held[r][found[0]] = (found[1], found[2])
+            elements = sum(len(ix) * (full[i]["shape"][1] if how == "rows" else
+                                      full[i]["shape"][0])
+                           for i, (how, ix) in held[r].items())
+            if elements != want:
+                why = (f"rank {r} holds every head of the attention (its q/k/v and output "
+                       "projection weights are whole): "
+                       f"with --tensor-parallel {t} each rank holds {N_HEAD // t} of the "
+                       f"{N_HEAD} heads; {HEADS_HINT}" if not elements else
+                       f"rank {r} holds {elements:,} elements of slices of the attention's "
+                       f"weights, not 1/{t} of them: {HEADS_HINT}")
+                out.append(Violation(INV, r, None, f"{want:,} attention weight elements "
+                                     f"(1/{t} of {ATTENTION_WEIGHTS:,}) as slices of the "
+                                     "one-rank weights", f"{elements:,}", why))
+        out += _disjoint(held, full, members)
+    return out
+
+
+def _disjoint(held: dict[int, dict[int, tuple[str, frozenset[int]]]],
+              full: list[dict[str, Any]], members: list[int]) -> list[Violation]:
+    """Within a group, each full weight's slices do not overlap and cover it."""
+    out: list[Violation] = []
+    for i in sorted({i for h in held.values() for i in h}):
+        parts = {r: h[i] for r, h in held.items() if i in h}
+        how = next(iter(parts.values()))[0]
+        size = full[i]["shape"][0 if how == "rows" else 1]
+        seen: dict[int, int] = {}
+        for r, (_, ix) in sorted(parts.items()):
+            for j in ix:
+                if j in seen:
+                    out.append(Violation(INV, r, None, f"ranks {members} hold disjoint "
+                                         f"slices of each attention weight",
+                                         f"ranks {seen[j]} and {r} both hold {how[:-1]} {j} "
+                                         f"of a {full[i]['shape'][0]}x{full[i]['shape'][1]} "
+                                         "weight",
+                                         f"two ranks of a group hold the same heads (rank "
+                                         f"{r} took rank {seen[j]}'s): {HEADS_HINT}"))
+                    return out
+                seen[j] = r
+        if len(seen) != size and len(parts) == len(members):
+            out.append(Violation(INV, None, None, f"the group's slices make the whole "
+                                 f"{full[i]['shape'][0]}x{full[i]['shape'][1]} weight",
+                                 f"{len(seen)} of its {size} {how}",
+                                 f"some heads are held by no rank: {HEADS_HINT}"))
+    return out
+
+
+def _tp_all_reduces(p: ProcessTrace, group: list[int], act: int) -> list[Call]:
+    """All-reduces of the activation's size over the group (the Flight Recorder's, for
+    torch's C++ collectives such as DTensor's, carry no group: counted when of that size)."""
+    return [c for c in p.collectives() if c.op == "all_reduce" and c.numel_in == act
+            and (sorted(c.group) == group or c.source == "flight-recorder")]
+
+
+def check_tp_traffic(tp: Run, t: int, batch_size: int) -> list[Violation]:
+    """Per block: one all-reduce of the attention output in forward, one of the input's
+    gradient in backward, over the group; none other of the activation's size."""
+    out = not_implemented(tp, t)
+    if out or tp.observed is None:
+        return out
+    act = batch_size * CONTEXT * N_EMBD
+    ranks = tp.observed.ranks()
+    for members in groups(tp.world_size, t):
+        for r in members:
+            p = ranks.get(r)
+            if p is None or len(p.backwards) < 2:
+                continue
+            calls = _tp_all_reduces(p, members, act)
+            first = sum(c.t0 < p.backwards[0] for c in calls)  # step 1's forward
+            per_step = Counter(sum(p.backwards[k] <= c.t0 < p.backwards[k + 1] for c in calls)
+                               for k in range(min(len(p.backwards), tp.steps) - 1))
+            usual = per_step.most_common(1)[0][0] if per_step else 2 * N_LAYER
+            expected = f"{N_LAYER} in step 1's forward, {2 * N_LAYER} per step after"
+            found = f"{first} in step 1's forward, {usual} per step"
+            if first == 0 and usual <= N_LAYER:
+                why = ("the attention output is not all-reduced over the tensor-parallel "
+                       "group: each rank's output projection gives a partial sum over its "
+                       "heads; all-reduce it (g of Megatron's f/g pair) before the bias and "
+                       "the residual")
+            elif usual < 2 * N_LAYER and first >= N_LAYER:
+                why = ("the input's gradient is not all-reduced in backward: each rank's "
+                       "heads give part of the gradient of the block's input; all-reduce it "
+                       "(f of Megatron's f/g pair: identity forward, all-reduce backward)")
+            elif first > N_LAYER or usual > 2 * N_LAYER:
+                why = (f"more all-reduces of the activation's size ({act:,} elements) than "
+                       "one per block in forward and one in backward")
+            else:
+                continue
+            out.append(Violation(INV, r, None, f"all-reduces of {act:,} elements (B x "
+                                 f"{CONTEXT} x {N_EMBD}) over ranks {members}: {expected}",
+                                 found, why))
+    return out
+
+
+def check_tp_rows(tp: Run, t: int) -> list[Violation]:
+    """The ranks of a tensor-parallel group compute on the same rows at every backward."""
+    out = not_implemented(tp, t)
+    if out or tp.observed is None:
+        return out
+    ranks = tp.observed.ranks()
+    for members in groups(tp.world_size, t):
+        crcs = {r: [w.get("token_crc") for w in ranks[r].work] for r in members if r in ranks}
+        if len(crcs) < 2:
+            continue
+        first, *others = sorted(crcs)
+        for r in others:
+            step = next((i + 1 for i, (a, b) in enumerate(zip(crcs[first], crcs[r],
+                                                              strict=False))
+                         if a is not None and b is not None and a != b), None)
+            if step is not None:
+                out.append(Violation(INV, r, step, f"the rows rank {first} computes on",
+                                     "other rows",
+                                     "the ranks of a tensor-parallel group split the heads, "
+                                     "not the batch: give them the same B rows (rows "
+                                     "[g·B, (g+1)·B) for group g)"))
+    return out

@@ -1,0 +1,263 @@
+"""What a failed invariant most likely means, in the lesson's terms, from its violations alone.
+
+`diagnose(invariant, violations, world_size)` reads the pattern of the located violations
+(which step broke first, which quantity, by what factor, which ranks) and returns the likely
+causes, most likely first. It never knows which mutant or submission ran: the same
+violations always give the same hints, so the mutant catalogue can assert them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+
+from tests.harness.check.checks import LATE_GUARD
+from tests.harness.check.fault_checks import ATOMIC_HINT, FLAG_HINT, KILL_HINT
+from tests.harness.check.state_checks import WHOLE_HINT
+from tests.harness.check.violations import Violation
+
+Diagnoser = Callable[[list[Violation], int], list[str]]
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
+
+BROADCAST = ("the initial broadcast is missing: the ranks start from different parameters "
+             "(broadcast rank 0's parameters before step 1)")
+ALLGATHER = ("the updated shards are not all-gathered: after the update each rank holds new "
+             "values only in its own slice (all-gather every shard into every rank's model)")
+ROWS = ("the ranks train on the wrong rows: rank r must take rows [r*B, (r+1)*B) of the "
+        "global batch")
+SUMMED = "gradients summed, not averaged: divide the reduced gradient by N (the world size)"
+ONE_SHARD_NORM = ("the gradient norm is computed from one rank's shard only: sum the squared "
+                  "shard norms over the ranks before the square root")
+NOT_REDUCED = ("gradients are not reduced across ranks: each owner updates its slice with "
+               "its own local gradient (reduce-scatter with the mean)")
+UPDATE = ("step 1's loss agrees and later ones drift: the update is wrong, not the data "
+          "(gradient averaging, Adam's inputs or hyper-parameters)")
+LOCAL_LOSS = "each rank logs its own batch's loss: log the all-reduced mean over ranks"
+LOSS_RISES = ("the loss rises: a wrong update (learning rate, gradient averaging) or a rank "
+              "whose parameters went stale")
+FULL_STATE = ("full Adam state on every rank: each rank must keep only its 1/N shard of "
+              "master, exp_avg and exp_avg_sq")
+KEPT_WHOLE = ("measured: part of master/exp_avg/exp_avg_sq is allocated whole on every rank, "
+              "whatever optimizer_bytes says")
+NOTHING_SHARDED = ("measured: no optimizer state shrinks with N: the full state lives in every "
+                   "process (or one process does the work of all ranks)")
+STALE_MASTER = ("the checkpoint holds the master copy from before the step's update: save "
+                "after the update")
+MOMENTS = ("the resumed run's update differs but not its loss: Adam's moments or step count "
+           "are not saved or not restored (exp_avg, exp_avg_sq, step)")
+RESUMED_PARAMS = ("the resumed parameters differ from the checkpointed run's: the checkpoint "
+                  "holds stale parameters, or loading them is incomplete")
+MANIFEST = "a shard does not match its manifest: write the manifest after every shard"
+DIFFERENT_CALLS = ("ranks issue different collectives: a collective called by only some "
+                   "ranks (inside `if rank == ...`), or in a different order")
+HUNG = ("the run hung until the bound: no rank made progress and no deadlock among "
+        "collectives was seen (a rank waiting on something else: input, a lock, a sleep, a "
+        "rendezvous that never completed)")
+LEFT_BEHIND = "a process outlived the run: join or terminate every process you start"
+LOCAL_GUARD = ("ranks rolled back differently: the guard decided on local values (decide on "
+               "the all-reduced loss and gradient norm, identically on every rank)")
+NO_ROLLBACK = ("the guard never fired: check the loss and gradient norm for NaN or a spike "
+               "before the update is applied, and restore the last checkpoint")
+NOT_RECOVERED = ("the guard rolled back but the run did not recover: state that the fault "
+                 "poisoned survives the restore (a gradient buffer that is never zeroed, "
+                 "optimizer state not reloaded from the checkpoint)")
+ONE_PROCESS = ("one process did the work of N ranks: start N processes (mp.spawn, torchrun) "
+               "that join one process group")
+TOO_MUCH = "more traffic per step than ZeRO-1 needs: 2(N-1)/N*P elements (2Ψ)"
+NEVER_REDUCED = ("the gradients are never reduced across ranks: reduce-scatter them (each "
+                 "owner receives the average of its slice) before the update")
+ACCUMULATE = ("gradients accumulate across steps: they are never cleared (zero the gradients "
+              "before each step's backward)")
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    m = _NUMBER.search(str(value))
+    return float(m.group()) if m else None
+
+
+def _equal_norms(vs: list[Violation], n: int) -> list[str]:
+    differ = [v for v in vs if "different parameters" in v.message]
+    if any(v.step == 0 for v in differ):
+        return [BROADCAST]
+    return [ALLGATHER] if differ else []
+
+
+def _parity(vs: list[Violation], n: int) -> list[str]:
+    found = []
+    by_key: dict[str, list[Violation]] = {}
+    for v in vs:
+        key = str(v.expected).split(" ", 1)[0]
+        by_key.setdefault(key, []).append(v)
+    loss, grad = by_key.get("loss", []), by_key.get("grad_norm", [])
+    loss_at_1 = any(v.step == 1 for v in loss)
+    g1 = [v for v in grad if v.step == 1]
+    if g1:
+        want, got = _number(g1[0].expected), _number(g1[0].found)
+        if want and got is not None and math.isfinite(got):
+            ratio = got / want
+            if abs(ratio - n) < 0.05 * n:
+                found.append(SUMMED)
+            elif ratio < 0.95 and not loss_at_1:
+                found.append(ONE_SHARD_NORM)
+            elif not loss_at_1:
+                found.append(NOT_REDUCED)
+    if loss_at_1:
+        found += [ROWS, BROADCAST]
+    elif loss:
+        found.append(UPDATE)
+    return found
+
+
+def _monotonic(vs: list[Violation], n: int) -> list[str]:
+    found = []
+    if any("same global loss" in v.message for v in vs):
+        found.append(LOCAL_LOSS)
+    if any(str(v.expected).startswith("loss <=") for v in vs):
+        found.append(LOSS_RISES)
+    return found
+
+
+def _memory(vs: list[Violation], n: int) -> list[str]:
+    # Located first: it names the tensor and its storage.
+    found = [f"measured: {v.message}" for v in vs if v.message.endswith(WHOLE_HINT)]
+    for v in vs:
+        if "kept whole" in v.message:
+            shrink = _number(str(v.found).split("(")[-1])  # "(7.9P)"
+            found.append(NOTHING_SHARDED if shrink is not None and shrink < 2 else KEPT_WHOLE)
+        elif str(v.expected).startswith("12*ceil(P/N)"):
+            want, got = _number(v.expected.split("=")[-1]), _number(v.found)
+            if want and got and got > 1.5 * want:
+                found.append(FULL_STATE)
+        elif "stale or partial" in v.message:
+            found.append(STALE_MASTER)
+    return found
+
+
+def _resume(vs: list[Violation], n: int) -> list[str]:
+    found = []
+    if any(v.message.startswith("gradients accumulate") for v in vs):
+        return [ACCUMULATE, *_resume_files(vs)]
+    trajectory = [v for v in vs if "not bit-identical" in v.message]
+    if trajectory:
+        first = min(v.step or 0 for v in trajectory)
+        keys = {str(v.expected).split(" ", 1)[0] for v in trajectory if v.step == first}
+        found.append(RESUMED_PARAMS if "loss" in keys else MOMENTS)
+    return found + _resume_files(vs)
+
+
+def _resume_files(vs: list[Violation]) -> list[str]:
+    return [MANIFEST] if any("does not match its manifest" in v.message for v in vs) else []
+
+
+def _rollback(vs: list[Violation], n: int) -> list[str]:
+    if any(v.message.startswith("gradients accumulate") for v in vs):
+        return [ACCUMULATE]
+    flagged = [v for v in vs if v.message.endswith(FLAG_HINT)]
+    if flagged:  # the rollback is claimed, the fault never met: its words are the hint
+        return [f"the guard read the --inject flag, not the numbers: {flagged[0].message}"]
+    killed = [v for v in vs if v.message.endswith((KILL_HINT, ATOMIC_HINT))
+              or v.message.startswith("exit 0 although rank")]
+    if killed:  # a rank the suite killed: what the run did then, in the check's words
+        return list(dict.fromkeys(v.message for v in killed))
+    never = [v for v in vs if v.found == "never made"]
+    if never:  # the run did not get that far: what stopped it comes first
+        return [f"the run never reached the suite's fault: {never[0].message}"]
+    if any("the guard never fired" in v.message for v in vs):
+        return [NO_ROLLBACK]
+    late = [v for v in vs if str(v.expected).startswith(LATE_GUARD)]
+    if late:  # the check read the order the run logged in: its words are the hint
+        return [f"the guard fired too late: {late[0].message}"]
+    missing = {v.rank for v in vs if str(v.expected).startswith("a rollback event")}
+    ended = [v for v in vs if str(v.expected).startswith("exit code 0 after the rollback")]
+    early = [v for v in ended if v.message.endswith("before the fault")]
+    if missing and early:  # no rollback, and the run stopped before the fault's step
+        return [f"the faulted run stopped before its fault, so no guard was seen: "
+                f"{early[0].message}: {early[0].found}"]
+    if missing and len(missing) < n:
+        return [LOCAL_GUARD]
+    if missing:
+        return [NO_ROLLBACK]
+    if ended:  # it rolled back, and still failed: say what was seen
+        return [f"{NOT_RECOVERED} (seen: every rank rolled back, then {ended[0].found})"]
+    return []
+
+
+def _deadlock(vs: list[Violation], n: int) -> list[str]:
+    found: list[str] = []
+    for v in vs:
+        if str(v.found).startswith("deadlock"):
+            if not any(f.startswith(DIFFERENT_CALLS) for f in found):  # the first run's
+                found.append(f"{DIFFERENT_CALLS}; {v.found}")
+        elif "no process left" in str(v.expected):
+            found.append(LEFT_BEHIND)
+        elif "still running at the bound" in str(v.found):
+            found.append(HUNG)
+        elif str(v.expected) == "exit code 0":  # how it ended, in its own words
+            said = v.message.split(": ", 1)[-1]
+            if "unrecognized arguments" in said or ": error: argument" in said:
+                found.append(f"the program rejects a flag of run contract v1 (accept every "
+                             f"flag docs/contract.md lists): {said}")
+            elif " raised " in said or "killed by SIG" in said:
+                found.append(f"the program crashed: {said}")
+            else:
+                found.append(f"the program exited with code {v.found}: {said}")
+    return found
+
+
+def _communication(vs: list[Violation], n: int) -> list[str]:
+    found: list[str] = []
+    for v in vs:
+        if "never started" in v.message or "none called init_process_group" in v.message:
+            found.append(ONE_PROCESS)
+        elif "the same on every rank" in str(v.expected):
+            found.append(f"{DIFFERENT_CALLS}: {v.message}")
+        elif "elements sent per step" in str(v.expected):
+            # the check names the calls it saw and what they amount to: that is the hint
+            found.append(v.message.split("; per step:")[0] or TOO_MUCH)
+        elif str(v.expected).endswith("tokens) per step"):  # what the ranks computed on
+            found.append(v.message)
+        elif "never reduced" in v.message:
+            found.append(NEVER_REDUCED)
+        elif "reduced per step" in str(v.expected):
+            found.append(v.message)
+    return found
+
+
+def _accumulation(vs: list[Violation], n: int) -> list[str]:
+    """Exercise 2's checks say what the micro-batches did wrong: their messages are the
+    hints."""
+    return [v.message for v in vs if v.invariant == "accumulation" and v.message]
+
+
+def _tensor_parallel(vs: list[Violation], n: int) -> list[str]:
+    """Exercise 1's checks name the part of the f/g pair or the heads that is wrong; a loss
+    that parts from one rank's only says so, last."""
+    said = [v.message for v in vs if v.invariant == "tensor_parallel" and v.message]
+    return sorted(dict.fromkeys(said), key=lambda m: m.startswith("the ") and "does not "
+                  "compute the one-rank model" in m)
+
+
+DIAGNOSERS: dict[str, Diagnoser] = {
+    "equal_rank_norms": _equal_norms,
+    "single_process_parity": _parity,
+    "monotonic_loss": _monotonic,
+    "zero1_memory": _memory,
+    "byte_exact_resume": _resume,
+    "rollback": _rollback,
+    "rank_killed": _rollback,
+    "no_deadlock": _deadlock,
+    "communication": _communication,
+    "accumulation": _accumulation,
+    "tensor_parallel": _tensor_parallel,
+}
+
+
+def diagnose(invariant: str, violations: list[Violation], world_size: int = 4) -> list[str]:
+    """Likely causes of `invariant`'s violations, most likely first (empty: no pattern)."""
+    fn = DIAGNOSERS.get(invariant)
+    # What could not be checked (its run did not get there) has its cause told elsewhere.
+    violations = [v for v in violations if not v.message.startswith("not checked: ")]
+    return list(dict.fromkeys(fn(violations, world_size))) if fn and violations else []

@@ -1,0 +1,363 @@
+"""What the observer (tests/observer/sitecustomize.py) saw of a run, read back into data:
+every process, the process group it joined, its collectives in order (the Python calls, and
+the Flight Recorder's entries that no Python call issued), its backward calls and the tensor
+storages it kept; plus where each rank is blocked when a run hangs.
+
+Pure functions of the trace files: the runner polls them while a run is alive (deadlock
+detection) and the communication and memory checks read them after it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OBSERVER_DIR = Path(__file__).resolve().parents[2] / "observer"  # goes on the run's PYTHONPATH
+P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+# gloo's Flight Recorder names -> the op they count as (it records reduce_scatter as all_reduce)
+_FR_OP = re.compile(r"^\w+:(?P<op>\w+)$")
+
+
+@dataclass
+class Call:
+    """One collective or point-to-point call of one process."""
+
+    index: int
+    op: str
+    numel_in: int
+    numel_out: int
+    dtype: str
+    group: list[int]
+    site: str
+    t0: int
+    t1: int | None = None
+    error: str | None = None
+    is_async: bool = False
+    peer: str = ""
+    source: str = "python"  # or "flight-recorder": issued by torch's C++ without a Python call
+    fresh: int | None = None  # all-to-all and sends: elements of data not sent or received
+    #                           before in the step (a chunk sent to many peers counts once)
+    nonfinite: bool = False  # the data the rank put in held a NaN or an infinity
+    values: list[float] = field(default_factory=list)  # a small reduction's inputs
+    # A gradient-sized reduction's input: n, sum, sq (sum of squares), sample (16 elements)
+    digest: dict[str, Any] | None = None
+
+    @property
+    def p2p(self) -> bool:
+        return self.op in P2P
+
+    def signature(self) -> tuple[Any, ...]:
+        """What must agree across ranks: op, sizes, dtype and group size. Of a rooted call,
+        what every rank passes: only a gather's root passes its gather_list (the outputs),
+        only a scatter's root its scatter_list (the inputs)."""
+        n_in = 0 if self.op == "scatter" else self.numel_in
+        n_out = 0 if self.op == "gather" else self.numel_out
+        return (self.op, n_in, n_out, self.dtype, len(self.group))
+
+    def describe(self) -> str:
+        what = f"{self.op}({self.peer})" if self.peer and self.p2p else self.op
+        n = self.numel_in or self.numel_out  # a scatter's ranks but its root pass outputs only
+        size = f" of {n} {self.dtype}" if n else ""
+        return f"{what}{size} at {self.site}"
+
+
+@dataclass
+class ProcessTrace:
+    pid: int
+    ppid: int = 0
+    argv: list[str] = field(default_factory=list)
+    rank: int | None = None
+    size: int | None = None
+    calls: list[Call] = field(default_factory=list)
+    flight_recorder: list[dict[str, Any]] | None = None
+    backwards: list[int] = field(default_factory=list)  # start times, ns
+    work: list[dict[str, int]] = field(default_factory=list)  # per backward: tokens, rows
+    leaf_elements: list[int] = field(default_factory=list)  # per backward: what it reached
+    # The first backward's 2-D leaves: shape, a checksum per row and per column
+    leaves: list[dict[str, Any]] = field(default_factory=list)
+    memory: list[dict[str, Any]] = field(default_factory=list)
+    state: dict[str, Any] | None = None  # where its optimizer state lives (first checkpoint)
+    losses: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) per backward
+    grads_finite: list[tuple[int, bool]] = field(default_factory=list)  # under --inject nan@
+    nemesis: dict[str, Any] | None = None  # the fault the suite's nemesis made in it
+    raised: dict[str, Any] | None = None  # an exception its launcher would keep (mp.spawn)
+    stack: str = ""
+
+    def open_call(self) -> Call | None:
+        """The blocking call this process is inside (started, not returned), if any."""
+        last = self.calls[-1] if self.calls else None
+        if last is None or last.t1 is not None or last.is_async:
+            return None
+        return last
+
+    def collectives(self) -> list[Call]:
+        """Collectives in issue order: Python calls, and the Flight Recorder's entries that
+        no Python call bracketed (DDP's Reducer all-reduces during backward)."""
+        spans = [(c.t0, c.t1 if c.t1 is not None else 2**63) for c in self.calls]
+        merged = [c for c in self.calls if not c.p2p]
+        for e in self.flight_recorder or []:
+            t = e.get("time_created_ns") or 0
+            if e.get("is_p2p") or any(a <= t <= b for a, b in spans):
+                continue
+            m = _FR_OP.match(str(e.get("profiling_name", "")))
+            sizes = e.get("input_sizes") or []
+            numel = sum(_prod(s) for s in sizes)
+            merged.append(Call(-1, m["op"] if m else str(e.get("profiling_name")), numel,
+                               sum(_prod(s) for s in e.get("output_sizes") or []),
+                               str((e.get("input_dtypes") or ["?"])[0]).lower(),
+                               list(range(self.size or 0)), "torch C++ (no Python call)", t,
+                               t, source="flight-recorder"))
+        return sorted(merged, key=lambda c: c.t0)
+
+    def persistent_bytes(self, same_storage: bool = False) -> int | None:
+        """What the process held from one memory snapshot to the other: storages alive at
+        both and those replaced by one of the same size; with `same_storage`, the former
+        alone."""
+        key = "same_storage_bytes" if same_storage else "persistent_bytes"
+        done = [m for m in self.memory if "persistent_bytes" in m]
+        return done[-1].get(key, done[-1]["persistent_bytes"]) if done else None
+
+    def model_elements(self) -> int | None:
+        """P as this process computed it: the most elements one of its backward passes
+        differentiated (the leaves it reached, or autograd.grad's inputs), None before any.
+        Parameters no backward reaches (a flat shard or a master copy kept as an
+        nn.Parameter, buffers) are not the model's."""
+        return max(self.leaf_elements) if self.leaf_elements else None
+
+
+def _prod(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+@dataclass
+class Observation:
+    """Every process the observer saw in one run (empty: nothing loaded it)."""
+
+    directory: Path
+    processes: list[ProcessTrace] = field(default_factory=list)
+
+    def ranks(self) -> dict[int, ProcessTrace]:
+        """rank -> the process that joined the process group as that rank (the first one)."""
+        out: dict[int, ProcessTrace] = {}
+        for p in sorted(self.processes, key=lambda p: p.pid):
+            if p.rank is not None and p.rank not in out:
+                out[p.rank] = p
+        return out
+
+    def trainers(self) -> dict[int, ProcessTrace]:
+        """rank -> process, for ranks that trained; a 1-process run without a process group
+        counts as rank 0 when it ran backward."""
+        ranks = self.ranks()
+        if not ranks:
+            ran = [p for p in self.processes if p.backwards]
+            return {0: ran[0]} if len(ran) == 1 else {}
+        return ranks
+
+
+def _call(rec: dict[str, Any]) -> Call:
+    fresh = rec.get("fresh")
+    return Call(int(rec.get("i", 0)), str(rec.get("op", "?")), int(rec.get("numel_in", 0)),
+                int(rec.get("numel_out", 0)), str((rec.get("dtypes") or ["?"])[0]),
+                list(rec.get("group") or []), str(rec.get("site", "?")), int(rec.get("t0", 0)),
+                is_async=bool(rec.get("async")), peer=str(rec.get("peer", "")),
+                fresh=None if fresh is None else int(fresh),
+                nonfinite=bool(rec.get("nonfinite")),
+                values=[float(v) for v in rec.get("values") or []],
+                digest=rec.get("digest"))
+
+
+def read_process(path: Path) -> ProcessTrace | None:
+    """One process's trace file (a torn last line, from a kill mid-write, is skipped)."""
+    trace: ProcessTrace | None = None
+    by_index: dict[int, Call] = {}
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        ev = rec.get("ev")
+        if ev == "hello":
+            trace = ProcessTrace(int(rec.get("pid", 0)), int(rec.get("ppid", 0)),
+                                 list(rec.get("argv") or []))
+        elif trace is None:
+            continue
+        elif ev == "init" and "rank" in rec:
+            trace.rank, trace.size = int(rec["rank"]), int(rec["size"])
+        elif ev == "call":
+            c = _call(rec)
+            trace.calls.append(c)
+            by_index[c.index] = c
+        elif ev == "end" and rec.get("i") in by_index:
+            by_index[rec["i"]].t1 = int(rec.get("t1", 0))
+            by_index[rec["i"]].error = rec.get("error")
+        elif ev == "fr" and "entries" in rec:
+            trace.flight_recorder = list(rec["entries"])
+        elif ev == "bw":
+            trace.backwards.append(int(rec.get("t", 0)))
+            trace.work.append({k: int(rec[k]) for k in ("tokens", "rows", "token_crc")
+                               if k in rec})
+            if rec.get("leaves") and not trace.leaves:
+                trace.leaves = list(rec["leaves"])
+            if rec.get("leaf_elements"):
+                trace.leaf_elements.append(int(rec["leaf_elements"]))
+            if "loss" in rec:
+                trace.losses.append((int(rec.get("step", 0)), float(rec["loss"])))
+        elif ev == "grads":
+            trace.grads_finite.append((int(rec.get("step", 0)), bool(rec.get("finite"))))
+        elif ev == "nemesis":
+            trace.nemesis = rec
+        elif ev == "raise" and trace.raised is None:
+            trace.raised = rec
+        elif ev == "mem":
+            trace.memory.append(rec)
+        elif ev == "state" and trace.state is None:
+            trace.state = rec
+    if trace is not None:
+        stack = path.parent / f"stack-{trace.pid}.txt"
+        if stack.is_file():
+            trace.stack = stack.read_text(errors="replace")
+    return trace
+
+
+def load_observation(directory: Path) -> Observation:
+    obs = Observation(directory)
+    if directory.is_dir():
+        for path in sorted(directory.glob("p*.jsonl")):
+            trace = read_process(path)
+            if trace is not None:
+                obs.processes.append(trace)
+    return obs
+
+
+MISMATCH_S = 0.5  # how long provably mismatched calls are watched before the run is stopped
+
+
+def _position(p: ProcessTrace, c: Call) -> int:
+    """1-based place of collective `c` among the process's collectives."""
+    return sum(1 for x in p.calls[:p.calls.index(c) + 1] if not x.p2p)
+
+
+def _messages(p: ProcessTrace, kind: str, peer: int) -> int:
+    """How many point-to-point calls of `kind` ("send" or "recv", blocking or not) process
+    `p` has issued to or from `peer`."""
+    ops = ("send", "isend") if kind == "send" else ("recv", "irecv")
+    key = "dst" if kind == "send" else "src"
+    return sum(1 for c in p.calls if c.op in ops and re.search(rf"\b{key}={peer}\b", c.peer))
+
+
+def _mismatched(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) -> bool:
+    """Calls that can never complete together: different collectives (op, shape, or place in
+    the sequence), or a point-to-point call whose peer is itself inside a collective and has
+    not posted the other half (a receive from a rank that has sent this one fewer messages
+    than it asked for; a send to one that asked for fewer): a message still on its way, as
+    in a ring's last hop on a throttled box, is matched."""
+    coll = {r: (_position(ranks[r], c), *c.signature()) for r, c in blocked.items()
+            if not c.p2p}
+    # Only calls at the same place in the sequence can be told not to match: a rank behind
+    # the others (in collective k while they are in k+1) has given them its part of k, or
+    # they could not have left it; it is slow (a throttled box), not stuck.
+    at: dict[int, set[tuple[Any, ...]]] = {}
+    for key in coll.values():
+        at.setdefault(key[0], set()).add(key)
+    if any(len(keys) > 1 for keys in at.values()):
+        return True
+    for r, c in blocked.items():
+        m = re.search(r"(src|dst)=(\d+)", c.peer) if c.p2p else None
+        if not m or int(m[2]) not in coll:
+            continue
+        peer, mine = int(m[2]), "recv" if m[1] == "src" else "send"
+        theirs = "send" if mine == "recv" else "recv"
+        if _messages(ranks[peer], theirs, r) < _messages(ranks[r], mine, peer):
+            return True
+    return False
+
+
+def deadlocked(obs: Observation, now_ns: int, after_s: float,
+               mismatch_s: float = MISMATCH_S) -> float | None:
+    """All N ranks joined and every one has been inside an unfinished collective or
+    point-to-point call for `after_s` seconds, or for `mismatch_s` when those calls provably
+    cannot match; returns how long they have all been blocked, or None. (Waiting at the
+    rendezvous is not a call.)"""
+    ranks = obs.ranks()
+    sizes = {p.size for p in ranks.values()}
+    if len(sizes) != 1 or set(ranks) != set(range(sizes.pop() or 0)):
+        return None
+    blocked = {r: p.open_call() for r, p in ranks.items()}
+    calls = {r: c for r, c in blocked.items() if c is not None}
+    if len(calls) != len(ranks):
+        return None  # a rank outside any call runs Python: progress, however slow
+
+    waited = (now_ns - max(c.t0 for c in calls.values())) / 1e9
+    if waited >= after_s or (waited >= min(mismatch_s, after_s) and _mismatched(ranks, calls)):
+        return waited
+    return None
+
+
+def _innermost_frame(stack: str) -> str:
+    """'file:line in func' of the first submission frame of the main thread's dump."""
+    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", stack.strip())
+    for block in reversed(blocks):  # the latest dump comes last
+        if "most recent call first" not in block:
+            continue
+        for m in re.finditer(r'File "(?P<f>[^"]+)", line (?P<l>\d+) in (?P<fn>\S+)', block):
+            if "/torch/" in m["f"] or "/observer/" in m["f"] or "threading.py" in m["f"] \
+                    or "typing_extensions" in m["f"]:  # torch's deprecation wrappers
+                continue
+            return f"{'/'.join(m['f'].split('/')[-2:])}:{m['l']} in {m['fn']}"
+    return ""
+
+
+def rank_list(ranks: list[int]) -> str:
+    """'rank 3', 'ranks 0-3', 'ranks 0,2' of sorted, distinct ranks."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ",".join(map(str, ranks))
+
+
+def where_blocked(obs: Observation) -> str:
+    """One line: each rank's unfinished call (ranks in the same call grouped), else its stack.
+    e.g. 'rank 0 blocked in recv(src=1) at main.py:153; ranks 1-3 in all_reduce #13 at
+    main.py:160'."""
+    groups: dict[str, list[int]] = {}
+    for rank, p in sorted(obs.ranks().items()):
+        c = p.open_call()
+        if c is not None:
+            what = (f"{c.op}({c.peer})" if c.p2p else f"{c.op} #{_position(p, c)}") \
+                + f" at {c.site}"
+        else:
+            frame = _innermost_frame(p.stack)
+            last = p.calls[-1].describe() if p.calls else "none"
+            what = (f"not in a collective (at {frame}; last call {last})" if frame
+                    else f"not in a collective (last call {last})")
+        groups.setdefault(what, []).append(rank)
+    if not groups:
+        return "no rank joined a process group"
+    parts = []
+    for i, (what, ranks) in enumerate(groups.items()):
+        verb = "blocked in " if i == 0 and not what.startswith("not ") else (
+            "in " if not what.startswith("not ") else "")
+        parts.append(f"{rank_list(ranks)} {verb}{what}")
+    return "; ".join(parts)
+
+
+def stacks(obs: Observation, limit: int = 12) -> str:
+    """Each rank's faulthandler dump (the first `limit` lines), for the failure message."""
+    out = []
+    for rank, p in sorted(obs.ranks().items()):
+        if p.stack.strip():
+            lines = [ln for ln in p.stack.strip().splitlines()
+                     if f"{OBSERVER_DIR.name}/sitecustomize.py" not in ln]  # the suite's frame
+            out.append(f"rank {rank} (pid {p.pid}):\n  " + "\n  ".join(lines[:limit]))
+    return "\n".join(out)

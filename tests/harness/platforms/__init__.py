@@ -1,0 +1,2 @@
+"""Where classes are graded: one grading session per submission, PrairieLearn, rosters,
+submitit jobs."""

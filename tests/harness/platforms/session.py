@@ -1,0 +1,132 @@
+"""Grade one submission in a pytest session of its own: the graded modules of this checkout,
+run from the submission's folder, bounded in time, always leaving a results.json behind.
+
+The Gradescope autograder (tests/autograder.py) and the class workflow (tests/grade_class.py)
+both grade through `grade()`, so a student sees the same verdicts and feedback either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.harness.report.grading import (
+    CONFIG_VAR,
+    exercises_of,
+    grading_config,
+    selected_exercises,
+)
+from tests.harness.run import box
+
+ROOT = Path(__file__).resolve().parents[3]
+GRADED = ("test_invariant_*.py", "test_fault_rollback.py")
+
+
+def graded_modules(root: Path = ROOT, exercises: tuple[str, ...] = ()) -> list[str]:
+    """The graded test modules of the suite at `root`, as paths, with the modules of the
+    lesson's `exercises` the grading selects."""
+    return sorted(str(p) for pattern in GRADED for p in (root / "tests").glob(pattern)) + [
+        str(root / "tests" / f"test_exercise_{name}.py") for name in exercises_of(exercises)]
+
+
+@dataclass(frozen=True)
+class Grading:
+    """How a submission is graded: its entry command and the suite's bounds."""
+
+    entry: str = "python3 main.py"
+    run_timeout_s: float = 30.0
+    workers: int | None = None  # pytest-xdist workers of the session (None: what the box fits)
+    suite_seed: int | None = None  # None: a fresh seed per session
+    session_timeout_s: float = 600.0  # the whole session, whatever the submission does
+    grading_config: Path | None = None  # weights and visibility ($CAPSTONE_GRADING)
+    file_mb: int = 64  # largest file a run may write (its logs included): floods stop there
+    observe: bool = True  # False: --no-observe, for submissions that are not Python programs
+    mem_mb: int | None = None  # what one process of a run may allocate (None: from the box)
+    exercises: tuple[str, ...] | None = None  # the lesson's exercises graded too (None: the
+    #                                           grading file's "exercises", else none)
+
+    def resolved(self) -> Grading:
+        """Workers and memory cap chosen for the box this machine is now."""
+        from dataclasses import replace
+
+        b = box.read_box()
+        return replace(self, workers=box.plan(b).workers if self.workers is None
+                       else self.workers, mem_mb=self.mem_mb or box.process_cap_mb(b))
+
+
+def pytest_command(results: Path, g: Grading, root: Path = ROOT) -> list[str]:
+    g = g.resolved()
+    # Hypothesis's plugin is for the unit tests: the graded modules never use it, and loading
+    # it rewrites the asserts of its ~80 modules in every process (~0.7 CPU-s each).
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "-p", "no:hypothesispytest", "--rootdir", str(root), "-c", str(root / "pyproject.toml"),
+           *graded_modules(root, g.exercises if g.exercises is not None
+                           else selected_exercises(g.grading_config)),
+           "--impl", g.entry, "--run-timeout", str(g.run_timeout_s),
+           "--run-file-mb", str(g.file_mb), "--run-mem-mb", str(g.mem_mb),
+           "--grade-json", str(results)]
+    if g.workers:
+        cmd += ["-n", str(g.workers)]
+    if g.suite_seed is not None:
+        cmd += ["--suite-seed", str(g.suite_seed)]
+    if not g.observe:
+        cmd.append("--no-observe")
+    return cmd
+
+
+def _fallback(results: Path, reason: str, elapsed: float) -> dict[str, Any]:
+    """A results file for a session that wrote none: every graded module failed, 0 points."""
+    weights, visibility = grading_config()
+    data = {"score": 0.0, "execution_time": round(elapsed, 3),
+            "output": f"The grading session did not complete: {reason}",
+            "tests": [{"name": name, "score": 0.0, "max_score": w, "status": "failed",
+                       "output": reason, "visibility": visibility[name]}
+                      for name, w in weights.items()]}
+    results.write_text(json.dumps(data, indent=2) + "\n")
+    return data
+
+
+def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
+          root: Path = ROOT) -> dict[str, Any]:
+    """Grade the submission in `submission` (the entry runs there); return results.json."""
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.unlink(missing_ok=True)
+    env = dict(os.environ)
+    if g.grading_config is not None:
+        env[CONFIG_VAR] = str(g.grading_config)
+    log = log or results.with_suffix(".log")
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(pytest_command(results, g, root), cwd=submission, env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=g.session_timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return _fallback(results, f"the session took over {g.session_timeout_s:.0f}s",
+                             time.monotonic() - t0)
+    try:
+        return dict(json.loads(results.read_text()))
+    except (OSError, ValueError):
+        return _fallback(results, f"pytest exited {proc.returncode} without a grade file "
+                         f"(see {log.name})", time.monotonic() - t0)
+
+
+def assignment_seed() -> int:
+    """One seed for an assignment, drawn once and kept in its grading configuration: a grade
+    is then a function of the submission and the assignment, and nobody can replay numbers
+    from the course's own CI (seed 0)."""
+    import secrets
+
+    return 1 + secrets.randbelow(2**31 - 2)

@@ -1,0 +1,264 @@
+"""A class's grades from its students' results.json files: grades.csv, one feedback file per
+student, and a summary (Markdown and a picture) of how many students fail each invariant."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tests.harness.platforms.roster import Student
+from tests.harness.report.grading import (
+    EXERCISES,
+    INVARIANTS,
+    NOT_GRADED,
+    WENT_WRONG,
+    graded_name,
+    per_invariant,
+    read_order,
+    root_causes,
+)
+from tests.harness.report.pictures import render
+
+
+def columns(grades: dict[str, dict[str, Any]]) -> tuple[str, ...]:
+    """The invariants, then the lesson's exercises some student was graded on."""
+    graded = {name for r in grades.values() for name in per_invariant(r)}
+    return INVARIANTS + tuple(e for e in EXERCISES if e in graded)
+
+
+def _points(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def write_csv(path: Path, grades: dict[str, dict[str, Any]],
+              who: dict[str, tuple[Student, ...]] | None = None) -> None:
+    """One row per student: student, score, one column per invariant (points earned), first
+    violation, not graded, SID, email, submission. `who`: each submission's students (a
+    group's members each get the group's row); by default the submission is the student."""
+    who = who or {}
+    cols = columns(grades)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "score", *cols, "first_violation", "not_graded", "sid",
+                    "email", "submission"])
+        rows = [(s, name, results) for name, results in grades.items()
+                for s in who.get(name, (Student(name),))]
+        for person, name, results in sorted(rows, key=lambda r: (r[0].name, r[1])):
+            inv = per_invariant(results)
+            failed = [(k, v) for k in sorted(cols, key=read_order)
+                      if (v := inv.get(k)) and not v["passed"]]
+            first = f"{failed[0][0]}: {failed[0][1]['first']}" if failed else ""
+            spoiled = " ".join(k for k in cols if inv.get(k, {}).get("not_graded"))
+            w.writerow([person.name, _points(results.get("score", 0.0)),
+                        *(_points(inv[k]["score"]) if k in inv else "" for k in cols),
+                        first, spoiled, person.sid, person.email, name])
+
+
+def feedback(student: str, results: dict[str, Any], pictures: dict[str, str] | None = None,
+             timelines: dict[str, list[str]] | None = None) -> str:
+    """One student's feedback: per invariant, the verdict, the first violation and the likely
+    causes (most likely first), in the lesson's terms; for a failed invariant its picture and
+    the timelines of its runs (paths relative to the feedback file)."""
+    inv = per_invariant(results)
+    pictures, timelines = pictures or {}, timelines or {}
+    output = str(results.get("output", ""))
+    if WENT_WRONG in output:  # the Gradescope text's own list: told once, below, on the page
+        head, _, rest = output.partition(WENT_WRONG)
+        output = head + rest.partition("\n\n")[2]
+    lines = [f"# {student}: {results.get('score', 0):.4g} / 100", "", output, ""]
+    causes = root_causes(results)
+    if causes:  # the cause first, once: students fix the first thing they read
+        lines += ["## What went wrong", ""]
+        lines += [f"{i}. {cause}" for i, cause in enumerate(causes, 1)]
+        lines.append("")
+    for name in sorted(inv, key=lambda k: (inv[k]["passed"], inv[k]["consequence"],
+                                           read_order(k))):
+        row = inv[name]
+        if row["not_graded"] and row["passed"]:
+            lines += [f"## {name}: NOT GRADED", "", f"{NOT_GRADED}{row['not_graded']}", ""]
+            continue
+        verdict = "passed" if row["passed"] else "FAILED"
+        lines.append(f"## {name}: {verdict} ({_points(row['score'])} / "
+                     f"{_points(row['max_score'])})")
+        if not row["passed"] and row["consequence"]:  # one line: its cause is told above
+            lines += ["", row["first"].split(": ", 1)[-1], ""]
+            continue
+        if not row["passed"]:
+            lines += ["", f"First violation: {row['first']}"]
+            if row["likely"]:
+                lines += ["", "What it most likely means:"]
+                lines += [f"{i}. {cause}" for i, cause in enumerate(row["likely"], 1)]
+            if name in pictures:
+                lines += ["", f"![{name}: what the runs did]({pictures[name]})"]
+            if timelines.get(name):
+                lines += ["", "Every rank's timeline (open it in https://ui.perfetto.dev or "
+                          "chrome://tracing): " + ", ".join(f"[{Path(t).name}]({t})"
+                                                            for t in timelines[name])]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def failed_pictures(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """invariant -> the facts of its first failed test's picture (from the grade file)."""
+    specs = results.get("extra_data", {}).get("pictures", {})
+    out: dict[str, dict[str, Any]] = {}
+    for t in results.get("tests", []):
+        name = graded_name(t["name"])
+        if name and name not in out and t.get("status") == "failed" and t["name"] in specs:
+            out[name] = specs[t["name"]]
+    return out
+
+
+def failed_timelines(results: dict[str, Any]) -> dict[str, list[str]]:
+    """invariant -> the timelines its failed tests name (relative to the grade file)."""
+    out: dict[str, list[str]] = {}
+    for t in results.get("tests", []):
+        name = graded_name(t["name"])
+        if not name or t.get("status") != "failed":
+            continue
+        for line in str(t.get("output", "")).splitlines():
+            if line.startswith("timeline of the ") and ": " in line:
+                path = line.split(": ", 1)[1].split(" (open")[0]
+                if path not in out.setdefault(name, []):
+                    out[name].append(path)
+    return out
+
+
+def write_feedback(out: Path, student: str, results: dict[str, Any], graded: Path) -> Path:
+    """grades/feedback/STUDENT.md, with a picture per failed invariant and the timelines of
+    its runs in grades/feedback/STUDENT/ (`graded`: the student's grade-file folder)."""
+    import shutil
+
+    folder = out / "feedback" / student
+    shutil.rmtree(folder, ignore_errors=True)
+    shown: dict[str, str] = {}
+    for name, spec in failed_pictures(results).items():
+        try:
+            render(spec, folder / f"{name}.png", f"{student}: {name}")
+        except ImportError:  # no matplotlib: the text facts are in the grade file
+            break
+        shown[name] = f"{student}/{name}.png"
+    kept: dict[str, list[str]] = {}
+    for name, paths in failed_timelines(results).items():
+        for rel in paths:
+            if (graded / rel).is_file():
+                folder.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(graded / rel, folder / Path(rel).name)
+                kept.setdefault(name, []).append(f"{student}/{Path(rel).name}")
+    path = out / "feedback" / f"{student}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)  # a page without pictures made no folder
+    path.write_text(feedback(student, results, shown, kept))
+    return path
+
+
+SCORE_BINS = (0, 20, 40, 60, 80, 90, 100)  # the last bin is exactly 100
+
+
+def score_bins(scores: list[float]) -> list[tuple[str, int]]:
+    """How many students fall in each score range ("100" on its own)."""
+    out = []
+    for lo, hi in itertools.pairwise(SCORE_BINS):
+        out.append((f"{lo}-{hi}", sum(lo <= x < hi for x in scores)))
+    out.append(("100", sum(x >= 100 for x in scores)))
+    return out
+
+
+def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
+    """summary.md (and summary.png when matplotlib is there): the distribution of scores,
+    and per invariant the students failing it with their most likely cause."""
+    cols = columns(grades)
+    counts: Counter[str] = Counter({k: 0 for k in cols})
+    causes: dict[str, Counter[str]] = {k: Counter() for k in cols}
+    who: dict[str, list[str]] = {k: [] for k in cols}
+    for student, results in sorted(grades.items()):
+        for name, row in per_invariant(results).items():
+            if not row["passed"] and not row["consequence"]:
+                counts[name] += 1
+                cause = row["likely"][0] if row["likely"] else row["first"]
+                who.setdefault(name, []).append(f"{student} ({_short(cause, 90)})")
+            if row["likely"]:
+                causes.setdefault(name, Counter())[row["likely"][0]] += 1
+    by_cause: dict[str, list[str]] = {}
+    for student, results in sorted(grades.items()):
+        first = root_causes(results)[:1]
+        if first:
+            by_cause.setdefault(_short(first[0], 160), []).append(student)
+    scores = sorted(r.get("score", 0.0) for r in grades.values())
+    spoiled = sorted(name for name, r in grades.items()
+                     if any(v["not_graded"] for v in per_invariant(r).values()))
+    lines = [f"# Class summary: {len(grades)} students", ""]
+    if spoiled:  # first: these grades are incomplete through no fault of the students
+        lines += [f"**Not graded completely (the grading machine's fault; regrade on a larger "
+                  f"machine): {', '.join(spoiled)}**", ""]
+    bins = score_bins(scores)
+    lines += [f"Median score {statistics.median(scores):.4g}; "
+              f"{sum(s >= 100 for s in scores)} at 100." if scores else "No students.", "",
+              "| score | " + " | ".join(b for b, _ in bins) + " |",
+              "|---" * (len(bins) + 1) + "|",
+              "| students | " + " | ".join(str(n) for _, n in bins) + " |", "",
+              "| what went wrong first | students | who |", "|---|---|---|",
+              *(f"| {cause} | {len(who_)} | {', '.join(who_)} |" for cause, who_ in
+                sorted(by_cause.items(), key=lambda kv: -len(kv[1]))), "",
+              "Per invariant, what was checked (a student whose run did not get there is "
+              "counted under its cause above, not here):", "",
+              "| invariant | students failing | most common likely cause | who (their most "
+              "likely cause) |", "|---|---|---|---|"]
+    for name in cols:
+        top = causes[name].most_common(1)
+        cause = _short(top[0][0], 160) if top else ""
+        lines.append(f"| {name} | {counts[name]} | {cause} | {'; '.join(who[name])} |")
+    written = [out / "summary.md"]
+    try:
+        written.append(_plot(out / "summary.png", counts, scores,
+                             {c: len(w) for c, w in by_cause.items()}))
+        lines += ["", "![scores and the invariants the class fails](summary.png)"]
+    except ImportError:
+        lines += ["", "(no picture: install matplotlib, e.g. the project's [plot] extra)"]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    return written
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _plot(path: Path, counts: Counter[str], scores: list[float],
+          by_cause: dict[str, int] | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    students = len(scores)
+    names = list(counts)[::-1]
+    causes = sorted((by_cause or {}).items(), key=lambda kv: kv[1])[-8:]
+    fig, (hist, ax, why) = plt.subplots(1, 3, figsize=(18, 0.45 * len(names) + 1.4))
+    if causes:
+        cbars = why.barh([_short(c, 45) for c, _ in causes], [n for _, n in causes],
+                         color="#8e44ad")
+        why.bar_label(cbars, padding=3)
+        why.tick_params(axis="y", labelsize=6)
+    why.xaxis.set_major_locator(MaxNLocator(integer=True))
+    why.set_xlabel("students")
+    why.set_title("What went wrong first")
+    bins = score_bins(scores)
+    hist.bar([b for b, _ in bins], [n for _, n in bins], color="#2980b9")
+    hist.yaxis.set_major_locator(MaxNLocator(integer=True))
+    hist.set_xlabel("score")
+    hist.set_ylabel("students")
+    hist.set_title(f"Scores (median {statistics.median(scores) if scores else 0:.4g})")
+    bars = ax.barh(names, [counts[n] for n in names], color="#c0392b")
+    ax.bar_label(bars, padding=3)
+    ax.set_xlim(0, max(students, 1) * 1.1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(f"students failing (of {students})")
+    ax.set_title("Which invariants the class fails")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

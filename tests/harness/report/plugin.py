@@ -1,0 +1,197 @@
+"""Session reporting: the per-invariant PASS/FAIL table, the mutant matrix, the grade file
+and the check that no process of any run outlived the suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.report.grading import LIKELY, NOT_GRADED, graded_name, one_line, write_results
+from tests.harness.run import box, contain, stress
+from tests.harness.run.runner import SESSION_VAR, kill_pids, processes_with_token, session_prefix
+
+INVARIANT_PREFIX = "test_invariant_"
+SEED_VAR = "CAPSTONE_SUITE_SEED"  # set by the controller, inherited by xdist workers
+
+
+def suite_seed() -> int:
+    """This session's seed, added to every run's (0 outside grading unless --suite-seed)."""
+    return int(os.environ.get(SEED_VAR, "0"))
+
+
+def _draw_seed(config: pytest.Config) -> int:
+    """No answer replay: a grading session draws its own seed; --suite-seed fixes it."""
+    fixed = config.getoption("suite_seed")
+    if fixed is not None:
+        return int(fixed)
+    return random.SystemRandom().randrange(1, 2**31) if config.getoption("grade_json") else 0
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+
+class SuiteReport:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        if not hasattr(config, "workerinput"):  # a controller: a fresh id, even when nested
+            os.environ[SESSION_VAR] = uuid.uuid4().hex[:12]
+            os.environ[SEED_VAR] = str(_draw_seed(config))
+        self.started = time.monotonic()
+        self.collected: dict[str, str] = {}  # graded nodeid -> weight key
+        self.outcomes: dict[str, dict[str, Any]] = {}
+        self.invariants: dict[str, list[tuple[str, str]]] = {}  # name -> [(status, where)]
+        self.matrix: list[dict[str, Any]] = []
+        self.left_behind: list[int] = []
+        self.observed: dict[str, dict[str, Any]] = {}  # test name -> what the observer measured
+
+    def _graded(self, nodeids: list[str]) -> None:
+        for nodeid in nodeids:
+            name = graded_name(nodeid)
+            if name:
+                self.collected[nodeid] = name
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self._graded([item.nodeid for item in items])  # a single process collects itself
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self._graded(list(ids))  # under xdist only the workers collect: take their lists
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        failed = report.failed or (report.when == "call" and report.outcome != "passed")
+        if report.when != "call" and not failed:
+            return
+        props = {k: str(v) for k, v in report.user_properties}
+        status = "passed" if report.passed else ("skipped" if report.skipped else "failed")
+        reason = props.get("reason") or (one_line(report.longreprtext) if failed else "")
+        if "hint" in props:
+            reason += "".join(f"\n{LIKELY}{h}" for h in json.loads(props["hint"]))
+        if "detail" in props:
+            reason += f"\n{props['detail']}"
+        if report.skipped and isinstance(report.longrepr, tuple):
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+        prev = self.outcomes.get(report.nodeid)
+        if prev is None or prev["status"] == "passed":  # a failing teardown still fails it
+            self.outcomes[report.nodeid] = {"status": status, "output": reason}
+            for key in ("timelines", "picture"):
+                if key in props:
+                    self.outcomes[report.nodeid][key] = json.loads(props[key])
+        module = _module(report.nodeid)
+        if module.startswith(INVARIANT_PREFIX) and report.when == "call":
+            self.invariants.setdefault(module.removeprefix(INVARIANT_PREFIX), []).append(
+                (status, props.get("first_violation", reason)))
+        if "observed" in props:
+            self.observed[report.nodeid.split("::")[-1]] = json.loads(props["observed"])
+        if "matrix_row" in props:
+            self.matrix.append(json.loads(props["matrix_row"]))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(self.config, "workerinput"):
+            return
+        self.left_behind = _kill_leftovers()
+        if self.left_behind and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        path = self.config.getoption("grade_json")
+        if path:
+            keep_timelines(Path(path).parent / "timelines", self.outcomes)
+        contain.remove_user_roots(os.environ.get(SESSION_VAR, "nosession"))
+        if path:
+            write_results(Path(path), self.collected, self.outcomes,
+                          time.monotonic() - self.started, suite_seed(),
+                          {"box": box.read_box().describe(), "containment": contain.mode()},
+                          note="" if contain.mode() != contain.MARKER_SCAN
+                          else f"Containment: {containment_line()}.")
+
+    def not_graded(self) -> list[str]:
+        return [f"{nodeid}: {o['output'].removeprefix(NOT_GRADED)}"
+                for nodeid, o in sorted(self.outcomes.items())
+                if str(o.get("output", "")).startswith(NOT_GRADED)]
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if hasattr(self.config, "workerinput"):
+            return
+        tr = terminalreporter
+        spoiled = self.not_graded()
+        if spoiled:  # first: these verdicts are the machine's, not the submission's
+            tr.section(f"NOT GRADED: {len(spoiled)} test(s), the grading machine's fault")
+            for line in spoiled:
+                tr.write_line(line)
+        if self.invariants:
+            tr.section("invariants")
+            for name, results in sorted(self.invariants.items()):
+                bad = [where for status, where in results if status == "failed"]
+                skipped = all(status == "skipped" for status, _ in results)
+                verdict = "SKIP" if skipped else ("FAIL" if bad else "PASS")
+                tr.write_line(f"{name:<24} {verdict}" + (f"  first: {bad[0]}" if bad else ""))
+        if self.matrix:
+            tr.section("mutant x invariant (violations found; '.' not evaluated)")
+            cols = sorted({c for row in self.matrix for c in row["cells"]})
+            tr.write_line(f"{'mutant':<24}" + "".join(f"{c[:14]:>16}" for c in cols)
+                          + "  feedback hint")
+            for row in sorted(self.matrix, key=lambda r: r["mutant"]):
+                cells = []
+                for c in cols:
+                    v = row["cells"].get(c)
+                    mark = "." if v is None else str(v)
+                    if c in row["targets"]:
+                        mark += "*"
+                    cells.append(f"{mark:>16}")
+                tr.write_line(f"{row['mutant']:<24}" + "".join(cells) + "  " + row.get("hint", ""))
+            tr.write_line("(* = the invariant the mutant is meant to break)")
+        if self.observed:
+            tr.section("observed (what the runs did, not what they wrote)")
+            for name, figures in sorted(self.observed.items()):
+                for key, value in figures.items():
+                    tr.write_line(f"{name[:50]:<50} {key}: {value}")
+        tr.write_line(f"containment of runs: {containment_line()}")
+        tr.write_line(f"box: {box.read_box().describe()}")
+        factory = getattr(self.config, "_tmp_path_factory", None)  # the session's runs' root
+        bound = stress.bound_line(factory.getbasetemp() / "capstone-runs",
+                                  self.config.getoption("run_timeout"),
+                                  self.config.getoption("hang_after")) if factory else ""
+        if bound:
+            tr.write_line(bound)
+        tr.write_line(f"processes left behind by runs: {len(self.left_behind)}")
+        path = self.config.getoption("grade_json")
+        if path:
+            tr.write_line(f"grade file written: {path} (suite seed {suite_seed()})")
+
+
+def keep_timelines(folder: Path, outcomes: dict[str, dict[str, Any]]) -> None:
+    """Copy the timelines that failed tests name next to the grade file (the runs' own
+    directories are temporary), and name them there, relative to the grade file."""
+    import re
+    import shutil
+
+    for o in outcomes.values():
+        for run, src in (o.get("timelines") or {}).items():
+            if not Path(src).is_file():
+                continue
+            name = re.sub(r"[^\w.-]+", "-", run)
+            dest = folder / f"{name}.json"  # once per run, whichever tests read it
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+            o["output"] = o["output"].replace(src, f"{folder.name}/{dest.name}")
+
+
+def _kill_leftovers() -> list[int]:
+    """Pids of this session's runs still alive at its end (then killed)."""
+    found = processes_with_token(session_prefix(), prefix=True)
+    kill_pids(found)
+    return found
+
+
+def containment_line() -> str:
+    through = contain.passage()
+    granted = (f"; {contain.RUN_USER} passes through {', '.join(map(str, through))} (closed to "
+               "other users) by an ACL entry of its own" if through else "")
+    return contain.GUARANTEES[contain.mode()] + granted

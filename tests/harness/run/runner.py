@@ -1,0 +1,397 @@
+"""Run one implementation of run contract v1 as a black box, under a hard time bound.
+
+The suite never imports the code under test. It starts the command in a new session with
+a unique token in its environment, sends stdout/stderr to files (a stray process holding a
+pipe open cannot stall the suite, and megabytes of output cannot fill memory), waits at most
+`timeout_s`, and then kills every process that carries the token: the process group first,
+then anything that left the group (setsid, double fork) but kept the environment.
+
+With `observe`, the suite's observer is loaded into every Python process of the run
+(tests/observer/), and the runner watches its traces while waiting: once every rank has sat
+in an unfinished collective for `hang_after_s`, the run is deadlocked and is stopped then,
+not at the bound. Before any kill it asks each rank for its stack (faulthandler, SIGUSR1)
+and writes down where each rank is blocked. With `contain`, the run gets its own PID,
+network and mount namespaces where the kernel allows, else as a dedicated user where the
+suite is root (tests/harness/run/contain.py).
+
+While it waits it also measures what the run holds (the proportional set size of its
+processes, summed: forked ranks share torch's pages) and counts the kernel's OOM kills
+(tests/harness/run/box.py), so that a run the box killed is not charged to the submission. Run
+processes ask to be the OOM killer's first choice (oom_score_adj 1000): when the box runs
+out, a run dies, not the suite that reports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tests.harness.diagnose import crash
+from tests.harness.observe.traces import (
+    OBSERVER_DIR,
+    deadlocked,
+    load_observation,
+    stacks,
+    where_blocked,
+)
+from tests.harness.run import box, contain, stress
+from tests.harness.run.contain import GRACE_S  # by name: Watch's field `contain` hides the module
+from tests.harness.run.procfs import live_processes
+
+TOKEN_VAR = "CAPSTONE_SUITE_RUN"
+SESSION_VAR = "CAPSTONE_SUITE_SESSION"  # set per pytest session, inherited by xdist workers
+TAIL_BYTES = 4096
+MEMORY_SAMPLE_S = 1.0  # how often a run's memory is sampled
+
+
+@dataclass
+class Outcome:
+    """How a run ended, as the suite saw it (serialisable: shared across xdist workers)."""
+
+    argv: list[str]
+    out: str
+    returncode: int | None  # None: killed at the bound
+    timed_out: bool
+    wall_s: float
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    alive_at_bound: list[int] = field(default_factory=list)  # pids still running at the bound
+    survivors: list[int] = field(default_factory=list)  # pids that needed a kill after exit
+    token: str = ""  # the environment marker every process of this run carried
+    containment: str = contain.MARKER_SCAN  # how the run was contained
+    deadlock_s: float | None = None  # stopped early: every rank blocked this long
+    blocked: str = ""  # where each rank was blocked when the run was stopped (hang or bound)
+    stacks: str = ""  # their faulthandler dumps
+    observe_dir: str = ""  # the observer's traces ("" when not observed)
+    sandbox: dict[str, Any] = field(default_factory=dict)  # what nsinit reported
+    peak_mb: float = 0.0  # the most the run's processes held at once (PSS, sampled)
+    oom_kills: int = 0  # OOM kills the kernel counted while the run was alive
+    earlier: list[str] = field(default_factory=list)  # how attempts the box spoiled ended
+    not_graded: str = ""  # the box failed this run twice: why it is not graded
+    ended_ns: int = 0  # wall clock (time.time_ns) when the run ended or was stopped
+    stress: dict[str, float] = field(default_factory=dict)  # the box's counters (stress.py)
+    reached_collective: bool = False  # some rank of it entered a collective or a send
+    first_error: str = ""  # the first exception (rank, error, line) or signal in its stderr
+    crash_source: str = ""  # the submission's lines around the line that raised it
+
+    def save(self, path: Path) -> None:
+        """Atomically, and never through a link a run may have planted at `path`."""
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".outcome-")
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(asdict(self)))
+        os.replace(tmp, path)
+
+    def finished(self) -> bool:
+        """The run ended by itself with exit 0: not a crash, a deadlock or the bound."""
+        return self.returncode == 0 and not self.timed_out and self.deadlock_s is None
+
+    def ended_by_the_box(self) -> bool:
+        """The run did not end well while the kernel OOM-killed something, or while the box
+        starved it (`starved`): the box's doing (the run's own processes are capped by
+        --run-mem-mb and get MemoryError instead)."""
+        return self.returncode != 0 and (self.oom_kills > 0 or bool(self.starved()))
+
+    def starved(self) -> str:
+        """Why the box, not the program, failed this run (memory thrashing, or a CPU quota
+        under which no rank reached its first collective), or "". A run that ended well
+        was not starved, however tight the box."""
+        if self.returncode == 0 and not self.timed_out:
+            return ""
+        return stress.starved(self.stress, self.wall_s, self.reached_collective,
+                              self.timed_out)
+
+    @classmethod
+    def load(cls, path: Path) -> Outcome:
+        return cls(**json.loads(path.read_text()))
+
+    def reason(self) -> str:
+        """One line: how the run ended."""
+        if self.deadlock_s is not None:
+            return (f"deadlock: stopped after every rank sat {self.deadlock_s:.1f}s in an "
+                    f"unfinished collective: {self.blocked}")
+        if self.timed_out:
+            where = f"; {self.blocked}" if self.blocked else ""
+            return (f"killed after the {self.wall_s:.0f}s bound "
+                    f"({len(self.alive_at_bound)} processes alive){where}")
+        if self.returncode != 0:
+            if self.first_error:  # the cause, not the launcher's last words
+                return f"exit code {self.returncode}: {self.first_error}"
+            last = [ln for ln in self.stderr_tail.splitlines() if ln.strip()]
+            return f"exit code {self.returncode}: {last[-1][:200] if last else '(no stderr)'}"
+        return "exit code 0"
+
+
+def _tail(path: Path) -> str:
+    size = path.stat().st_size if path.exists() else 0
+    with open(path, "rb") as f:
+        f.seek(max(0, size - TAIL_BYTES))
+        return f.read().decode("utf-8", "replace")
+
+
+def session_prefix() -> str:
+    """Token prefix of this suite session: runs of other sessions are never touched."""
+    return os.environ.get(SESSION_VAR, "nosession") + "-"
+
+
+def processes_with_token(token: str, prefix: bool = False) -> list[int]:
+    """Pids whose environment carries `token` (every descendant of a run, wherever it went);
+    with `prefix`, every run whose token starts with it."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    pids = []
+    for pid, [env] in live_processes("environ"):
+        values = env.split(b"\0")
+        if needle in values if not prefix else any(v.startswith(needle) for v in values):
+            pids.append(pid)
+    return pids
+
+
+def kill_pids(pids: Sequence[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _kill_all(pgid: int, token: str) -> None:
+    """SIGKILL the run's process group, then whatever still carries its token."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        pids = processes_with_token(token)
+        if not pids:
+            return
+        kill_pids(pids)
+        time.sleep(0.05)
+
+
+def _limits(mem_bytes: int | None, file_bytes: int | None,
+            user: tuple[int, int] | None = None) -> Callable[[], None]:
+    """Each process of the run: at most `mem_bytes` of private memory (RLIMIT_DATA: what it
+    allocates, not the address space torch maps), files of at most `file_bytes`, first in
+    line for the OOM killer, and the run user under that containment."""
+    def apply() -> None:
+        if mem_bytes:
+            resource.setrlimit(resource.RLIMIT_DATA, (mem_bytes, mem_bytes))
+        if file_bytes:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+        if user is not None:
+            contain.become(user)()
+    return apply
+
+
+def held_mb(leader: int, exclude: set[int], uid: int | None = None) -> float:
+    """What the run's processes hold now, MiB: the proportional set size summed over every
+    process below `leader` (and, under the run-user containment, of that user)."""
+    try:
+        procs = psutil.Process(leader).children(recursive=True)
+    except psutil.Error:
+        procs = []
+    if uid is not None:
+        known = {p.pid for p in procs}
+        procs += [psutil.Process(p) for p in contain.user_processes(uid) if p not in known
+                  and psutil.pid_exists(p)]
+    total = 0
+    for p in procs:
+        if p.pid in exclude:
+            continue
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_full_info().pss
+    return total / 2**20
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What the runner adds around a run: the observer, early deadlock stops, namespaces."""
+
+    observe: bool = False
+    hang_after_s: float = 5.0  # 0: never stop early
+    nemesis: str = ""  # a fault the observer makes in the run (tests/observer/_observer_nemesis)
+    after_kill_s: float = 20.0  # a run still alive this long after the nemesis killed a rank
+    #                             is stopped (fault_checks.PROMPT_S)
+    contain: bool = False
+    poll_s: float = 0.2
+    # How long a process may take to exit after the run ended before it is a survivor; the
+    # suite's own tests of programs that certainly leave one shorten it
+    grace_s: float = GRACE_S
+
+
+def _outlived_kill(obs: Any, after_s: float) -> bool:
+    """The nemesis killed a rank of this run more than `after_s` ago."""
+    killed = [int(p.nemesis.get("t", 0)) for p in obs.processes
+              if p.nemesis and str(p.nemesis.get("kind", "")).startswith("kill")]
+    return bool(killed) and time.time_ns() - min(killed) > after_s * 1e9
+
+
+def _environment(token: str, observe_dir: Path | None, home: Path | None = None,
+                 nemesis: str = "") -> dict[str, str]:
+    env = dict(os.environ, **{TOKEN_VAR: token, "OMP_NUM_THREADS": "1",
+                              "PYTHONDONTWRITEBYTECODE": "1"})
+    env.pop("CAPSTONE_NEMESIS", None)
+    if nemesis and observe_dir is not None:
+        env["CAPSTONE_NEMESIS"] = nemesis
+    if home is not None:  # the run user's: its home is its run directory
+        env.update(HOME=str(home), USER=contain.RUN_USER, LOGNAME=contain.RUN_USER)
+    if observe_dir is not None:
+        observe_dir.mkdir(parents=True, exist_ok=True)
+        env["CAPSTONE_OBSERVE_DIR"] = str(observe_dir)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(OBSERVER_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env.setdefault("TORCH_FR_BUFFER_SIZE", "20000")
+    return env
+
+
+def _lingering(find: Callable[[], list[int]], grace_s: float) -> list[int]:
+    """What `find` still finds `grace_s` after the run ended: a helper still exiting, such as
+    multiprocessing's resource tracker, is not a survivor."""
+    deadline = time.monotonic() + grace_s
+    left = find()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = find()
+    return left
+
+
+def _signal_stacks(pids: list[int], leader: int, observe_dir: Path,
+                   wait_s: float = 0.3) -> None:
+    """Ask every observed process for its faulthandler dump (SIGUSR1 is registered only where
+    the observer loaded, so only those get it), and wait until they are written (at most
+    `wait_s`: a process that cannot answer does not hold the run up)."""
+    ns_to_host = contain.host_pids(leader)  # empty under the marker scan: pids are host pids
+    asked = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(ns_to_host.get(pid, pid), signal.SIGUSR1)
+            asked.append(observe_dir / f"stack-{pid}.txt")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if all(f.is_file() and f.stat().st_size for f in asked):
+            time.sleep(0.02)  # the last lines of a dump
+            return
+        time.sleep(0.02)
+
+
+def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None = None,
+                mem_bytes: int | None = None, file_bytes: int | None = None,
+                watch: Watch | None = None) -> Outcome:
+    """Run `argv` to completion, to a deadlock or to the bound; never leaves a process of
+    it behind."""
+    watch = watch or Watch()
+    mode = contain.mode() if watch.contain else contain.MARKER_SCAN
+    with contain.admitted(mode) as user:  # whether it may run beside others: contain's rule
+        return _run(argv, out, timeout_s, cwd, mem_bytes, file_bytes, watch, mode, user)
+
+
+def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
+         mem_bytes: int | None, file_bytes: int | None, watch: Watch, mode: str,
+         user: tuple[int, int] | None) -> Outcome:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    token = session_prefix() + uuid.uuid4().hex
+    observe_dir = out.parent / "observe" if watch.observe else None
+    env = _environment(token, observe_dir, out.parent if user else None, watch.nemesis)
+    logs = out.parent / f"{out.name}.log"
+    logs.mkdir(parents=True, exist_ok=True)
+    stdout_path, stderr_path = logs / "stdout", logs / "stderr"
+    report = out.parent / "sandbox.json"
+    full = contain.wrap(list(argv), out.parent, report, watch.grace_s) \
+        if mode == contain.NAMESPACES else list(argv)
+    if user is not None:
+        contain.open_to(out.parent, user, Path(cwd or os.getcwd()))
+        if observe_dir is not None:
+            contain.readable(OBSERVER_DIR)  # its sitecustomize must load in every process
+    ooms_before, stress_before = box.oom_kills(), stress.read()
+    peak = 0.0
+    t0 = time.monotonic()
+    with open(stdout_path, "wb") as so, open(stderr_path, "wb") as se:
+        try:
+            proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
+                                    cwd=cwd, env=env, start_new_session=True,
+                                    preexec_fn=_limits(mem_bytes, file_bytes, user))
+        except OSError as e:
+            return Outcome(list(argv), str(out), 127, False, 0.0, "", f"cannot start: {e}",
+                           token=token, containment=mode)
+        timed_out, alive, deadlock_s, blocked, dumps = False, [], None, "", ""
+        deadline = t0 + timeout_s
+        wrappers = contain.wrapper_pids(proc.pid) if mode == contain.NAMESPACES else set()
+        next_sample = t0 + MEMORY_SAMPLE_S / 2
+        while proc.poll() is None:
+            now = time.monotonic()
+            if now >= next_sample:  # reading PSS walks the processes' page tables: not often
+                peak = max(peak, held_mb(proc.pid, wrappers, user[0] if user else None))
+                next_sample = now + MEMORY_SAMPLE_S
+            obs = load_observation(observe_dir) if observe_dir is not None else None
+            stuck = deadlocked(obs, time.time_ns(), watch.hang_after_s) \
+                if obs is not None and watch.hang_after_s > 0 else None
+            if obs is not None and watch.nemesis.startswith("kill") and \
+                    _outlived_kill(obs, watch.after_kill_s):
+                deadline = now  # a run that outlives its killed rank is not waited for
+            if stuck is not None or now >= deadline:
+                if obs is not None and observe_dir is not None:
+                    _signal_stacks([p.pid for p in obs.processes], proc.pid, observe_dir)
+                    obs = load_observation(observe_dir)
+                    blocked, dumps = where_blocked(obs), stacks(obs)
+                    if stuck is not None and now < deadline and not all(
+                            p.open_call() for p in obs.ranks().values()):
+                        # A rank left its call while the stacks were taken: it was slow (a
+                        # starved box), not blocked. Watch on; never call it a deadlock.
+                        blocked = dumps = ""
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            proc.wait(min(watch.poll_s, max(0.0, deadline - now)))
+                        continue
+                timed_out, deadlock_s = stuck is None, stuck
+                alive = [p for p in processes_with_token(token) if p not in wrappers] \
+                    or [proc.pid]
+                break
+            with contextlib.suppress(subprocess.TimeoutExpired):  # back as soon as it ends
+                proc.wait(min(watch.poll_s, max(0.0, deadline - now)))
+        # The leader is done (or stopped): whatever else carries the token goes too.
+        ended_ns = time.time_ns()
+        stopped = timed_out or deadlock_s is not None
+        def left() -> list[int]:  # the run's marked processes, and any of its user's
+            found = set(processes_with_token(token))
+            if user is not None:
+                found.update(contain.user_processes(user[0]))
+            return sorted(found)
+
+        survivors = [] if stopped else _lingering(left, watch.grace_s)
+        _kill_all(proc.pid, token)
+        if user is not None:
+            contain.end_user(user[0])
+            os.chown(out.parent, 0, 0)  # nothing of the run's may change its directory now
+            contain.readable(out.parent, again=True)  # a later run (a resume) reads its files
+        proc.wait()
+    wall = time.monotonic() - t0
+    ooms, pressure = box.oom_kills() - ooms_before, stress.since(stress_before)
+    seen = load_observation(observe_dir) if observe_dir is not None else None
+    reached = seen is not None and any(p.calls for p in seen.processes)
+    sandbox: dict[str, Any] = {}
+    if mode == contain.NAMESPACES and report.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            sandbox = json.loads(report.read_text())
+            survivors += [s["pid"] for s in sandbox.get("survivors", [])]
+    killed = next((p.nemesis for p in seen.processes if p.nemesis and str(
+        p.nemesis.get("kind", "")).startswith("kill")), None) if seen is not None else None
+    crashed = crash.first_exception_of(
+        stderr_path, [p.raised for p in seen.processes if p.raised] if seen is not None
+        else None, killed) if proc.returncode != 0 else crash.Crash()
+    return Outcome(list(argv), str(out), None if stopped else proc.returncode, timed_out, wall,
+                   _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
+                   deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox,
+                   round(peak, 1), ooms, ended_ns=ended_ns, stress=pressure,
+                   reached_collective=reached,
+                   first_error=crashed.said, crash_source=crashed.around())
+

@@ -1,0 +1,280 @@
+"""Which runs the suite asks for, and a cache that computes each distinct run once per
+session, shared by every pytest-xdist worker through a file lock.
+
+Runs start only when they fit in the box beside the runs under way (tests/harness/run/box.py). A
+run that failed while the kernel's OOM killer struck is the box's doing, not the
+submission's: it is run again alone, once; if the box kills it again it is not graded, and
+says why."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from filelock import FileLock
+
+from tests.harness.check.checks import Run
+from tests.harness.observe.parse import parse_run
+from tests.harness.observe.timeline import write_trace
+from tests.harness.observe.traces import load_observation
+from tests.harness.run import box, contain, stress
+from tests.harness.run.runner import Outcome, Watch, run_command
+
+TIMELINE = "timeline.json"  # every observed run's, beside its outcome
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """The contract flags of one run (and, for a resume, the run and step it resumes)."""
+
+    name: str
+    world_size: int = 4
+    batch_size: int = 4
+    steps: int = 20
+    checkpoint_every: int = 10
+    seed: int = 0
+    inject: str | None = None
+    resume_from: tuple[RunSpec, int] | None = None
+    extra: tuple[str, ...] = ()  # flags beyond the contract (the reference's exercises)
+    nemesis: str | None = None  # a fault the suite makes in the run itself (no flag)
+
+    def flags(self, resume_dir: Path | None) -> list[str]:
+        f = ["--world-size", str(self.world_size), "--steps", str(self.steps),
+             "--seed", str(self.seed), "--batch-size", str(self.batch_size),
+             "--checkpoint-every", str(self.checkpoint_every)]
+        if self.inject:
+            f += ["--inject", self.inject]
+        if resume_dir is not None:
+            f += ["--resume", str(resume_dir)]
+        return f + list(self.extra)
+
+    def key(self, impl: tuple[str, ...], cwd: Path | None = None) -> str:
+        """Names the run: the same argv in another folder is another program."""
+        blob = json.dumps([list(impl), asdict(self), str(cwd or "")], sort_keys=True,
+                          default=str)
+        return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+# The runs the invariants read. Global batch N*B = 16 rows wherever parity is compared.
+BASE = RunSpec("base")
+SINGLE = RunSpec("single", world_size=1, batch_size=16)
+# N2 and MEM1 have BASE's 4 rows per rank and 6 steps: with BASE they are the N = 1, 2, 4 of
+# the measured memory (the observer's two points are backward calls 3 and 6).
+N2 = RunSpec("n2", world_size=2, batch_size=4, steps=6, checkpoint_every=3)
+N3 = RunSpec("n3", world_size=3, batch_size=4, steps=3, checkpoint_every=3)
+MEM1 = RunSpec("mem1", world_size=1, batch_size=4, steps=6, checkpoint_every=3)
+RESUMED = RunSpec("resumed", resume_from=(BASE, 10))
+# Exercise 2: N2 (2 ranks, 4 rows each, 6 steps) with each rank's 4 rows as 4 micro-batches
+# of 1, compared with N2 itself (the invariants' run): step 1's gradient, the first 3 steps'
+# reductions and the 6 steps' trajectory.
+MICRO_BATCHES = 4
+MICRO = RunSpec(f"micro{MICRO_BATCHES}", world_size=2, batch_size=4, steps=6,
+                checkpoint_every=3, extra=("--micro-batches", str(MICRO_BATCHES)))
+ONE_BATCH = N2  # the run MICRO is compared with
+# Exercise 1: the heads over T = 2 ranks, alone (16 rows, 6 steps) and beside data
+# parallelism of 2 (8 rows per group, the 20 steps its resume and rollback need): each the
+# one-rank run's 16 rows (SINGLE).
+TP = 2
+TP2 = RunSpec("tp2", world_size=2, batch_size=16, steps=6, checkpoint_every=3,
+              extra=("--tensor-parallel", str(TP)))
+TP2DP2 = RunSpec("tp2dp2", world_size=4, batch_size=8, extra=("--tensor-parallel", str(TP)))
+TP2DP2_RESUMED = RunSpec("tp2dp2-resumed", world_size=4, batch_size=8,
+                         extra=TP2DP2.extra, resume_from=(TP2DP2, 10))
+
+
+def tp_faulted(kind: str, step: int) -> RunSpec:
+    """TP2DP2 with a fault the contract announces (its rollback, as a plain run's)."""
+    return RunSpec(f"tp2dp2-{kind}{step}", world_size=4, batch_size=8, extra=TP2DP2.extra,
+                   inject=f"{kind}@{step}")
+
+
+def faulted(kind: str, step: int) -> RunSpec:
+    return RunSpec(f"{kind}{step}", inject=f"{kind}@{step}")
+
+
+FAULT_KINDS = ("nan", "spike")
+# After the step-10 checkpoint and not right after it (the contract's promise: a program may
+# keep a checkpoint pending until the next step proves it healthy); a spike at 19 shows at 20.
+FAULT_STEPS = range(12, 20)
+
+
+def nemesis_nan(seed: int, world_size: int = BASE.world_size) -> RunSpec:
+    """The run in which the suite itself makes one rank's gradients of one step NaN, with no
+    flag: step and rank drawn from the session's seed (step 13 on rank 2 under seed 0),
+    after the first checkpoint and never at step 11."""
+    step, rank = (13, 2) if not seed else (
+        random.Random(f"{seed}:nemesis").choice(FAULT_STEPS),
+        random.Random(f"{seed}:nemesis-rank").randrange(world_size))
+    return RunSpec(f"nemesis-nan{step}-rank{rank}", nemesis=f"nan@{step}:{rank}")
+
+
+def nemesis_kill(seed: int, kind: str, world_size: int = BASE.world_size) -> RunSpec:
+    """A run in which the suite SIGKILLs one rank (never rank 0): `kill`, as a step drawn
+    after the first checkpoint starts (step 14 on rank 1 under seed 0); `killsave`, while it
+    writes its shard of checkpoint 15 (rank 3 under seed 0), checkpointing every 5 steps so
+    that steps 5 and 10 are there to fall back on."""
+    draw = random.Random(f"{seed}:{kind}")
+    rank = draw.randrange(1, world_size) if seed else {"kill": 1, "killsave": 3}[kind]
+    if kind == "kill":
+        step = draw.choice(FAULT_STEPS) if seed else 14
+        return RunSpec(f"nemesis-kill{step}-rank{rank}", nemesis=f"kill@{step}:{rank}")
+    return RunSpec(f"nemesis-killsave15-rank{rank}", checkpoint_every=5,
+                   nemesis=f"killsave@15:{rank}")
+
+
+def resumed_after(killed: RunSpec) -> RunSpec:
+    """The run that resumes a killed run from its step-10 checkpoint (the latest complete
+    one: the kill comes at step 12 or later, a torn write at checkpoint 15)."""
+    return RunSpec(f"{killed.name}-resumed", resume_from=(killed, 10))
+
+
+def nemesis_of(spec: RunSpec) -> tuple[str, int, int] | None:
+    """(kind, step, rank) of a nemesis run's fault."""
+    if not spec.nemesis:
+        return None
+    kind, rest = spec.nemesis.split("@")
+    step, rank = rest.split(":")
+    return kind, int(step), int(rank)
+
+
+def fault_step(kind: str, seed: int) -> int:
+    """Where a session injects `kind`: nan@12 and spike@15 under seed 0 (CI, the docs), else
+    a step drawn from the session's seed, so no answer written for fixed steps can pass."""
+    if not seed:
+        return {"nan": 12, "spike": 15}[kind]
+    return random.Random(f"{seed}:{kind}").choice(FAULT_STEPS)
+
+
+class RunCache:
+    """`get(impl, spec)`: the finished run, computed by whichever worker asks first."""
+
+    def __init__(self, root: Path, timeout_s: float, cwd: Path, mem_bytes: int | None,
+                 file_bytes: int | None, watch: Watch | None = None, seed: int = 0) -> None:
+        watch = watch or Watch()
+        if watch.contain and contain.mode() == contain.USER:
+            root = contain.user_root(root)
+        self.root = root
+        self.timeout_s = timeout_s
+        self.cwd = cwd
+        self.mem_bytes = mem_bytes
+        self.file_bytes = file_bytes
+        self.watch = watch
+        self.seed = seed  # added to every run's seed: a grading session's own data and init
+        root.mkdir(parents=True, exist_ok=True)
+        self.budget = box.MemoryBudget(root, box.read_box().memory_mb * box.HEADROOM)
+        # The bound follows the box: half a CPU is not judged by a full CPU's clock.
+        found = stress.probe(root, mem_bytes // 2**20 if mem_bytes else None) \
+            if stress.in_a_box() else {"startup_s": 0.0}
+        self.factor = stress.bound_factor(float(found["startup_s"]))
+        if mem_bytes and found.get("cap_mb"):
+            self.mem_bytes = int(found["cap_mb"]) * 2**20
+        self.timeout_s = timeout_s * self.factor
+        self.watch = replace(watch, hang_after_s=watch.hang_after_s * self.factor,
+                             after_kill_s=watch.after_kill_s * self.factor)
+
+    def _attempt(self, impl: tuple[str, ...], argv: list[str], d: Path,
+                 alone: bool = False, nemesis: str | None = None) -> Outcome:
+        """One run in a fresh directory, once it fits in the box (`alone`: no other run, and
+        RERUN_SCALE times the bound and the hang watch)."""
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        scale = stress.RERUN_SCALE if alone else 1.0
+        watch = replace(self.watch, hang_after_s=self.watch.hang_after_s * scale,
+                        nemesis=nemesis or "")
+        with self.budget.reserve(d.name, exclusive=alone):
+            outcome = run_command(argv, d / "out", self.timeout_s * scale, self.cwd,
+                                  self.mem_bytes, self.file_bytes, watch)
+        self.budget.measured(outcome.peak_mb)
+        return outcome
+
+    def seeded(self, spec: RunSpec) -> RunSpec:
+        """`spec` under this session's seed (and the run it resumes, too)."""
+        if not self.seed:
+            return spec
+        resume = spec.resume_from
+        return replace(spec, seed=spec.seed + self.seed,
+                       resume_from=None if resume is None else (self.seeded(resume[0]),
+                                                                resume[1]))
+
+    def get(self, impl: tuple[str, ...], spec: RunSpec) -> Run:
+        spec = self.seeded(spec)
+        return self._get(impl, spec)
+
+    def _get(self, impl: tuple[str, ...], spec: RunSpec) -> Run:
+        d = self.root / spec.key(impl, self.cwd)
+        done = d / "outcome.json"
+        with FileLock(str(d) + ".lock"):
+            if not done.exists():
+                resume_dir = None
+                if spec.resume_from is not None:
+                    base_spec, step = spec.resume_from
+                    base = self._get(impl, base_spec)
+                    resume_dir = base.parsed.out / "checkpoints" / f"step-{step:06d}"
+                argv = [*impl, "--out", str(d / "out"), *spec.flags(resume_dir)]
+                outcome = self._attempt(impl, argv, d, nemesis=spec.nemesis)
+                if outcome.ended_by_the_box():
+                    spoiled = outcome
+                    outcome = self._attempt(impl, argv, d, alone=True, nemesis=spec.nemesis)
+                    outcome.earlier = [f"{by_the_box(spoiled)}: {spoiled.reason()}"]
+                    if outcome.ended_by_the_box():
+                        outcome.not_graded = out_of_memory(max(
+                            spoiled.peak_mb, outcome.peak_mb), self.mem_bytes) \
+                            if outcome.oom_kills else \
+                            starved(outcome)
+                outcome.save(done)
+                run = self._load(spec, d, outcome)
+                if run.observed is not None:
+                    write_trace(run, d / TIMELINE)
+                return run
+        return self._load(spec, d, Outcome.load(done))
+
+    def _load(self, spec: RunSpec, d: Path, outcome: Outcome) -> Run:
+        observed = load_observation(Path(outcome.observe_dir)) if outcome.observe_dir else None
+        return Run(spec.name, spec.steps, spec.world_size, outcome,
+                   parse_run(d / "out", spec.world_size), observed)
+
+
+def timeline_of(run: Run) -> Path | None:
+    """The run's timeline (Chrome trace JSON), where the run cache wrote one."""
+    path = Path(run.outcome.out).parent / TIMELINE
+    return path if path.is_file() else None
+
+
+def out_of_memory(peak_mb: float, cap_bytes: int | None = None) -> str:
+    """Why a run the box killed twice is not graded, with what the box and the run had.
+    Where each process's cap could not be set below the box (the torch installed needs
+    more to import), a program that allocates without bound is killed by the box too, and
+    the two cannot be told apart: said so, and never blamed on the box alone."""
+    b = box.read_box()
+    limit = f"limit {b.memory_limit_mb:.0f} MB" if b.memory_limit_mb else \
+        f"{b.available_mb:.0f} MB available"
+    said = f"the grading machine ran out of memory ({limit}, this run's peak " \
+        f"{peak_mb:.0f} MB, twice)"
+    cap_mb = (cap_bytes or 0) / 2**20
+    if cap_mb and cap_mb >= b.memory_mb * box.HEADROOM - box.SUITE_MB:
+        return (f"{said}; torch here cannot import under a per-process cap this box can "
+                f"hold (it needs {cap_mb:.0f} MB), so a program that allocates without "
+                "bound cannot be told from a box too small: the instructor should install "
+                "torch's CPU build or choose a larger autograder machine, and regrade")
+    return f"{said}: not your program's fault; the instructor should choose a larger " \
+        "autograder machine and regrade"
+
+
+def by_the_box(outcome: Outcome) -> str:
+    """How the box spoiled an attempt, in one phrase."""
+    if outcome.oom_kills:
+        return "killed by the grading machine (the kernel's OOM killer struck)"
+    return f"starved by the grading machine ({outcome.starved()})"
+
+
+def starved(outcome: Outcome) -> str:
+    """Why a run the box starved twice is not graded, with what the box did."""
+    return (f"the grading machine starved this run twice ({outcome.starved()}; rerun alone "
+            f"with {stress.RERUN_SCALE:g}x the bound: {outcome.reason()}): not your "
+            "program's fault; the instructor should choose a larger autograder machine "
+            "and regrade")
