@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.harness.check.checks import Run
-from tests.harness.check.violations import Violation, summarize
 from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.observe.violations import Violation, summarize
 from tests.harness.report.grading import LIKELY, NOT_CHECKED, NOT_GRADED
 from tests.harness.report.pictures import KINDS, as_text, facts
 from tests.harness.report.plugin import SuiteReport, suite_seed

@@ -37,10 +37,10 @@ from typing import Any
 from tqdm import tqdm
 
 from tests.harness.platforms.class_jobs import EXECUTORS, JobResources, run_jobs
-from tests.harness.platforms.roster import read_roster
 from tests.harness.platforms.session import Grading, assignment_seed
 from tests.harness.report.class_report import write_csv, write_feedback, write_summary
 from tests.harness.report.grading import exercises_of
+from tests.harness.report.roster import read_roster
 from tests.harness.run import contain
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from tests.harness.check.fault_checks import FLAG_HINT, check_fault_took_effect
 from tests.harness.check.matrix import CHECKS, FROM_BASE_RUN, evaluate
-from tests.harness.check.violations import summarize
 from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.observe.violations import summarize
 from tests.harness.run.runs import fault_step, faulted
 from tests.mutants.catalogue import MUTANTS
 

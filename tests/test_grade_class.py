@@ -92,7 +92,7 @@ def _export(root: Path) -> Path:
 def test_a_gradescope_export_is_read_with_its_students():
     import tempfile
 
-    from tests.harness.platforms.roster import Student, read_roster
+    from tests.harness.report.roster import Student, read_roster
 
     with tempfile.TemporaryDirectory() as d:
         roster = read_roster(_export(Path(d)))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.diagnose.crash import Crash, _first, first_exception
+from tests.harness.observe.crash import Crash, _first, first_exception
 from tests.harness.run.runs import BASE
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.harness.check.checks import Run
-from tests.harness.check.violations import Violation
 from tests.harness.diagnose.diagnosis import (
     ACCUMULATE,
     BROADCAST,
@@ -18,6 +17,7 @@ from tests.harness.diagnose.diagnosis import (
     UPDATE,
     diagnose,
 )
+from tests.harness.observe.violations import Violation
 
 
 def parity(step: int, key: str, expected: float, found: float) -> Violation:

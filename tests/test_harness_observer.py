@@ -108,7 +108,7 @@ def test_a_helper_still_exiting_when_the_run_ends_is_no_survivor(contained, tmp_
 
 def test_a_run_cannot_edit_the_suite_or_the_results_file_or_signal_the_suite(
         contained, tmp_path, monkeypatch):
-    checks = ROOT / "tests" / "harness" / "checks.py"
+    checks = ROOT / "tests" / "harness" / "check" / "checks.py"
     results = tmp_path / "results" / "results.json"  # as the session's, written by the suite
     results.parent.mkdir()
     results.write_text("{}\n")
@@ -296,7 +296,9 @@ def test_autograd_grad_is_a_backward_pass_and_hooks_collectives_are_recorded(sma
     hook issues during the pass is recorded like any other."""
     p = small_program
     assert len(p.backwards) == 2
-    assert p.work == [{"tokens": 6, "rows": 2}] * 2
+    assert [{k: w[k] for k in ("tokens", "rows")} for w in p.work] == [
+        {"tokens": 6, "rows": 2}] * 2
+    assert all(isinstance(w["token_crc"], int) for w in p.work)  # which rows: a checksum
     assert [c.op for c in p.calls[:2]] == ["all_reduce", "all_reduce"]
     assert all(p.backwards[k] < p.calls[k].t0 for k in range(2))
 

@@ -83,13 +83,14 @@ def test_feedback_embeds_a_picture_per_failed_check_and_none_when_passing(failur
 
 
 def test_only_the_checks_with_a_picture_kind_get_one():
-    # equal_rank_norms's words are enough; exercise 2's gradient comparison has no picture
-    assert set(CHECKS) - {"equal_rank_norms", "accumulation"} <= {"no_deadlock", "communication",
-                                                  "monotonic_loss", "single_process_parity",
-                                                  "zero1_memory", "byte_exact_resume",
-                                                  "rollback", "rank_killed"}
+    # equal_rank_norms's words are enough; the exercises have no picture yet
+    pictured = set(CHECKS) - {"equal_rank_norms", "accumulation", "tensor_parallel"}
+    assert pictured <= {"no_deadlock", "communication", "monotonic_loss",
+                        "single_process_parity", "zero1_memory", "byte_exact_resume",
+                        "rollback", "rank_killed"}
     assert facts("equal_rank_norms", [], []) is None
     assert facts("accumulation", [], []) is None
+    assert facts("tensor_parallel", [], []) is None
 
 
 def test_a_run_that_did_nothing_gets_words_and_no_empty_picture(shared_tmp, tmp_path):

@@ -21,7 +21,7 @@ from tests.harness.run.runner import Watch, run_command
 from tests.harness.run.runs import N2
 
 ROOT = Path(__file__).resolve().parents[1]
-TWO_NODES = ROOT / "tests" / "harness" / "two_nodes.py"
+TWO_NODES = ROOT / "tests" / "harness" / "run" / "two_nodes.py"
 
 
 def _without_wall_time(records: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.harness.check.matrix import CHECKS, FROM_BASE_RUN, evaluate
-from tests.harness.check.violations import summarize
 from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.observe.violations import summarize
 from tests.harness.run.runs import RunCache
 from tests.mutants.catalogue import MUTANTS
 

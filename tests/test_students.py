@@ -13,8 +13,8 @@ import pytest
 
 from tests.harness.check.checks import check_monotonic_loss
 from tests.harness.check.matrix import INVARIANT_CHECKS, evaluate
-from tests.harness.check.violations import summarize
 from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.observe.violations import summarize
 from tests.harness.run.runs import BASE
 
 STUDENT = Path(__file__).resolve().parent / "students" / "zero1.py"

@@ -20,9 +20,9 @@ import pytest
 from tests.harness.check.matrix import INVARIANT_CHECKS, evaluate
 from tests.harness.check.observed_checks import check_zero_traffic, params_with_source
 from tests.harness.check.state_checks import WHOLE_HINT
-from tests.harness.check.violations import summarize
 from tests.harness.check.work_checks import check_reduced
 from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.observe.violations import summarize
 from tests.harness.run.runs import BASE, nemesis_kill, nemesis_of
 
 STYLES = Path(__file__).resolve().parent / "styles"

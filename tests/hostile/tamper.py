@@ -12,7 +12,7 @@ from _common import out_dir
 out = out_dir()
 root = Path(__file__).resolve().parents[2]
 done = {}
-targets = [root / "tests" / "harness" / "checks.py", root / "tampered.txt",
+targets = [root / "tests" / "harness" / "check" / "checks.py", root / "tampered.txt",
            *(Path(p) for p in os.environ.get("CAPSTONE_TAMPER_TARGETS", "").split(":") if p)]
 for target in targets:
     try:

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.harness.check.violations import Violation
-from tests.harness.observe.parse import ParsedRun, is_finite
-from tests.harness.observe.traces import Observation
-from tests.harness.run.runner import Outcome
+from tests.harness.observe.parse import is_finite
+from tests.harness.observe.violations import Violation
+from tests.harness.run.result import Run
 
 LOSS_RISE_RTOL = 1e-6  # a loss may exceed the previous one by this much (float noise)
 # ...or, once in a while, by up to this much if the next step takes it back below the loss
@@ -37,16 +35,6 @@ P_MIN = 64 * 32 + 16 * 32 + 2 * 12 * 32 * 32 + 32 * 64
 P_MAX = P_MIN + 2 * (3 * 32 + 32 + 4 * 32 + 32 + 4 * 32) + 2 * 32 + 64
 
 
-@dataclass
-class Run:
-    """One finished run: what the suite asked (flags), how it ended, what it wrote."""
-
-    name: str
-    steps: int
-    world_size: int
-    outcome: Outcome
-    parsed: ParsedRun
-    observed: Observation | None = None  # None: the run was not observed (--no-observe)
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -24,8 +24,8 @@ from typing import Any
 
 from tests.harness.check.checks import PARITY_GRAD_RTOL, PARITY_LOSS_RTOL, Run, check_parity
 from tests.harness.check.observed_checks import observation_of, reduced_elements, training_calls
-from tests.harness.check.violations import Violation
 from tests.harness.observe.traces import ProcessTrace
+from tests.harness.observe.violations import Violation
 
 INV = "accumulation"
 EXIT_USAGE = 2

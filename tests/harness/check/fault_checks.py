@@ -25,8 +25,8 @@ from tests.harness.check.checks import (
     check_checkpoint_files,
 )
 from tests.harness.check.observed_checks import observation_of
-from tests.harness.check.violations import Violation
 from tests.harness.observe.traces import ProcessTrace
+from tests.harness.observe.violations import Violation
 
 INV = "rollback"
 SPIKE = 2.0  # the contract's spike: a loss above twice the previous step's

@@ -40,8 +40,8 @@ from tests.harness.check.tp_checks import (
     check_tp_traffic,
 )
 from tests.harness.check.tp_checks import not_implemented as not_implemented_tp
-from tests.harness.check.violations import Violation
 from tests.harness.check.work_checks import check_data_parallel, check_reduced
+from tests.harness.observe.violations import Violation
 from tests.harness.run.runs import (
     BASE,
     MEM1,

@@ -21,8 +21,8 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from tests.harness.check.checks import Run
-from tests.harness.check.violations import Violation
-from tests.harness.observe.traces import Call, Observation, ProcessTrace
+from tests.harness.observe.traces import ITEMSIZE, Call, Observation, ProcessTrace
+from tests.harness.observe.violations import Violation
 
 INV = "communication"
 # Elements per step beyond 2(N-1)/N·P that are not a violation: padding P to a multiple of N
@@ -196,8 +196,6 @@ def params_with_source(run: Run) -> tuple[int | None, str]:
     return run.parsed.n_params, "summary.json's n_params (no backward pass was observed)"
 
 
-ITEMSIZE = {"float64": 8, "double": 8, "int64": 8, "long": 8, "float32": 4, "float": 4,
-            "int32": 4, "int": 4, "float16": 2, "bfloat16": 2, "half": 2, "int16": 2}
 
 
 def per_site_per_step(run: Run, measure: Callable[[Call, int], float]

@@ -20,7 +20,7 @@ from typing import Any
 
 from tests.harness.check.checks import Run, ceil_div
 from tests.harness.check.observed_checks import observation_of, params_of
-from tests.harness.check.violations import Violation
+from tests.harness.observe.violations import Violation
 
 INV = "zero1_memory"
 CHARGED = ("exp_avg", "exp_avg_sq")

@@ -25,8 +25,8 @@ from typing import Any
 
 from tests.harness.check.checks import PARITY_LOSS_RTOL, Run, is_finite
 from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
-from tests.harness.check.violations import Violation
 from tests.harness.observe.traces import Call, ProcessTrace
+from tests.harness.observe.violations import Violation
 
 INV = "tensor_parallel"
 # The contract's MiniGPT: 2 blocks, 4 heads, embedding 32, context 16. Each block's attention

@@ -25,8 +25,8 @@ from tests.harness.check.observed_checks import (
     params_with_source,
     reduced_per_step,
 )
-from tests.harness.check.violations import Violation
 from tests.harness.observe.traces import ProcessTrace
+from tests.harness.observe.violations import Violation
 
 CONTEXT = 16  # tokens per row entering the model (contract: 17-token rows, 16 in, 16 targets)
 REDUCE_SLACK = 0.02  # the share of (N-1)/N·P a reduction may fall short (padding, rounding)

@@ -1,1 +1,1 @@
-"""What the violations and a crash most likely mean (the feedback's likely causes)."""
+"""What the violations most likely mean (the feedback's likely causes)."""

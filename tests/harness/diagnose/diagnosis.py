@@ -15,7 +15,7 @@ from collections.abc import Callable
 from tests.harness.check.checks import LATE_GUARD
 from tests.harness.check.fault_checks import ATOMIC_HINT, FLAG_HINT, KILL_HINT
 from tests.harness.check.state_checks import WHOLE_HINT
-from tests.harness.check.violations import Violation
+from tests.harness.observe.violations import Violation
 
 Diagnoser = Callable[[list[Violation], int], list[str]]
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")

@@ -1,1 +1,2 @@
-"""What a run did, read back: its files (the parser), the observer's traces, the timeline."""
+"""What a run did, read back: its files (the parser), the observer's traces, a crash's
+cause; and the located Violation that every later stage speaks in."""

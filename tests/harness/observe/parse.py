@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.harness.check.violations import Violation
+from tests.harness.observe.violations import Violation
 
 STEP_KEYS: dict[str, tuple[type, ...]] = {
     "step": (int,), "rank": (int,), "world_size": (int,), "param_norm": (int, float),

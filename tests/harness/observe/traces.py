@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Bytes per element of the dtypes collectives carry (the observer records names)
+ITEMSIZE = {"float64": 8, "double": 8, "int64": 8, "long": 8, "float32": 4, "float": 4,
+            "int32": 4, "int": 4, "float16": 2, "bfloat16": 2, "half": 2, "int16": 2}
 OBSERVER_DIR = Path(__file__).resolve().parents[2] / "observer"  # goes on the run's PYTHONPATH
 P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
 # gloo's Flight Recorder names -> the op they count as (it records reduce_scatter as all_reduce)

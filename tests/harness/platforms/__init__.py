@@ -1,2 +1,2 @@
-"""Where classes are graded: one grading session per submission, PrairieLearn, rosters,
-submitit jobs."""
+"""Where classes are graded: one grading session per submission, PrairieLearn, submitit
+jobs."""

@@ -1,1 +1,1 @@
-"""The session's report and grade file, the pictures, a class's CSV and summary."""
+"""The session's report and grade file, the pictures, a class's roster, CSV and summary."""

@@ -10,7 +10,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tests.harness.platforms.roster import Student
 from tests.harness.report.grading import (
     EXERCISES,
     INVARIANTS,
@@ -22,6 +21,7 @@ from tests.harness.report.grading import (
     root_causes,
 )
 from tests.harness.report.pictures import render
+from tests.harness.report.roster import Student
 
 
 def columns(grades: dict[str, dict[str, Any]]) -> tuple[str, ...]:

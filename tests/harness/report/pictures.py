@@ -24,7 +24,7 @@ from typing import Any
 from tests.harness.check.checks import LATE_GUARD, Run
 from tests.harness.check.observed_checks import params_of, persistent_bytes, traffic_per_step
 from tests.harness.check.state_checks import CHARGED, located
-from tests.harness.check.violations import Violation
+from tests.harness.observe.violations import Violation
 
 KINDS = {"no_deadlock": "timeline", "communication": "timeline", "monotonic_loss": "curves",
          "single_process_parity": "curves", "zero1_memory": "memory",

@@ -39,7 +39,7 @@ from typing import Any
 
 import psutil
 
-from tests.harness.diagnose import crash
+from tests.harness.observe import crash
 from tests.harness.observe.traces import (
     OBSERVER_DIR,
     deadlocked,

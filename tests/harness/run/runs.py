@@ -17,12 +17,12 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from tests.harness.check.checks import Run
 from tests.harness.observe.parse import parse_run
-from tests.harness.observe.timeline import write_trace
 from tests.harness.observe.traces import load_observation
 from tests.harness.run import box, contain, stress
+from tests.harness.run.result import Run
 from tests.harness.run.runner import Outcome, Watch, run_command
+from tests.harness.run.timeline import write_trace
 
 TIMELINE = "timeline.json"  # every observed run's, beside its outcome
 

@@ -16,9 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.harness.check.checks import Run
-from tests.harness.check.observed_checks import ITEMSIZE
-from tests.harness.observe.traces import Call, ProcessTrace
+from tests.harness.observe.traces import ITEMSIZE, Call, ProcessTrace
+from tests.harness.run.result import Run
 
 CALLS_TID, TRAINING_TID = 1, 2
 
@@ -143,5 +142,5 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 3:
-        raise SystemExit("usage: python -m tests.harness.observe.timeline TRACE.json OUT.png")
+        raise SystemExit("usage: python -m tests.harness.run.timeline TRACE.json OUT.png")
     print(draw(Path(sys.argv[1]), Path(sys.argv[2])))
