@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.check.checks import Run
+from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
 from tests.harness.diagnose.diagnosis import diagnose
 from tests.harness.observe.violations import Violation, summarize
 from tests.harness.report.grading import LIKELY, NOT_CHECKED, NOT_GRADED
@@ -171,6 +172,32 @@ def run(run_cache: RunCache, impl: tuple[str, ...], request: pytest.FixtureReque
         if r.outcome.not_graded:
             pytest.skip(f"{NOT_GRADED}{spec.name} run: {r.outcome.not_graded}")
         used.append(r)
+        return r
+    return get
+
+
+@pytest.fixture
+def observed(run: Callable[[RunSpec], Run]) -> Callable[[RunSpec], Run]:
+    """run(spec), skipping when the suite runs with --no-observe."""
+    def get(spec: RunSpec) -> Run:
+        r = run(spec)
+        if r.observed is None:
+            pytest.skip("the observer is off (--no-observe)")
+        return r
+    return get
+
+
+@pytest.fixture
+def exercise_run(run: Callable[[RunSpec], Run], record_property: Callable[[str, object], None]
+                 ) -> Callable[[RunSpec, str], Run]:
+    """`exercise_run(spec, flag)`: a run with one of the lesson's exercises' flags; a program
+    that rejects the flag (exit 2) fails the test here with one line, and nothing else."""
+    def get(spec: RunSpec, flag: str) -> Run:
+        r = run(spec)
+        if r.outcome.returncode == EXIT_USAGE:
+            line = f"{NOT_IMPLEMENTED}: the program rejects {flag} (exit 2)"
+            record_property("reason", line)
+            pytest.fail(line, pytrace=False)
         return r
     return get
 

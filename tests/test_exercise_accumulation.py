@@ -14,8 +14,6 @@ from __future__ import annotations
 import pytest
 
 from tests.harness.check.exercise_checks import (
-    EXIT_USAGE,
-    NOT_IMPLEMENTED,
     check_accumulated_gradient,
     check_follows_one_batch,
     check_micro_batches,
@@ -28,14 +26,9 @@ FLAG = f"--micro-batches {M}"
 
 
 @pytest.fixture
-def micro(run, record_property):
-    """The --micro-batches run: a program that rejects the flag fails here with one line."""
-    r = run(MICRO)
-    if r.outcome.returncode == EXIT_USAGE:
-        line = f"{NOT_IMPLEMENTED}: the program rejects {FLAG} (exit 2)"
-        record_property("reason", line)
-        pytest.fail(line, pytrace=False)
-    return r
+def micro(exercise_run):
+    """The --micro-batches run (a program that rejects the flag fails here)."""
+    return exercise_run(MICRO, FLAG)
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from __future__ import annotations
 import pytest
 
 from tests.harness.check.checks import check_resume, check_rollback
-from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
 from tests.harness.check.tp_checks import (
     check_heads,
     check_tp_loss,
@@ -30,21 +29,13 @@ SPECS = pytest.mark.parametrize("spec", [TP2, TP2DP2], ids=lambda s: s.name)
 
 
 @pytest.fixture
-def tp(run, record_property):
-    """`tp(spec)`: the tensor-parallel run; a program that rejects the flag fails here with
-    one line."""
-    def get(spec):
-        r = run(spec)
-        if r.outcome.returncode == EXIT_USAGE:
-            line = f"{NOT_IMPLEMENTED}: the program rejects {FLAG} (exit 2)"
-            record_property("reason", line)
-            pytest.fail(line, pytrace=False)
-        return r
-    return get
+def tp(exercise_run):
+    """`tp(spec)`: the tensor-parallel run (a program that rejects the flag fails here)."""
+    return lambda spec: exercise_run(spec, FLAG)
 
 
 @pytest.fixture
-def observed_tp(tp, run):
+def observed_tp(tp):
     def get(spec):
         r = tp(spec)
         if r.observed is None:

@@ -18,17 +18,6 @@ from tests.harness.check.work_checks import check_data_parallel, check_reduced, 
 from tests.harness.run.runs import BASE, N2, N3
 
 
-@pytest.fixture
-def observed(run):
-    """run(spec), skipping when the suite runs with --no-observe."""
-    def get(spec):
-        r = run(spec)
-        if r.observed is None:
-            pytest.skip("the observer is off (--no-observe)")
-        return r
-    return get
-
-
 @pytest.mark.parametrize("spec", [BASE, N2, N3], ids=lambda s: s.name)
 def test_ranks_are_distinct_processes_in_one_group(observed, holds, spec):
     holds(check_genuine_ranks(observed(spec)), f"process group of the {spec.name} run")

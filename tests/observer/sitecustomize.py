@@ -148,6 +148,8 @@ class _Observer:
                         signature.append(inspect.signature(fn))
                     bound = signature[0].bind_partial(*args, **kwargs).arguments
                     record = _describe(op, bound)
+                    if self.steps == 1:  # step 1's gradient is what exercise 2 compares
+                        record.update(_digest(op, bound))
                     if op in _BY_HAND:
                         record["fresh"] = self.fresh(op, bound)
                 except Exception as e:  # never let the observer break the call
@@ -571,7 +573,6 @@ def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
     small = [t for t in _tensors(bound.get("tensor")) if t.is_floating_point()]
     record = {"op": op, "numel_in": ins, "numel_out": outs, "dtypes": dtypes,
               **({"nonfinite": True} if nonfinite else {}),
-              **_digest(op, bound),
               # A few numbers reduced (a loss, a norm, a guard's flag): what the guard reads.
               **({"values": [float(x) for x in small[0].detach().reshape(-1).tolist()]}
                  if op in _REDUCING and len(small) == 1 and small[0].numel() <= 4 else {}),
@@ -584,8 +585,9 @@ def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
 
 _REDUCING = ("all_reduce", "reduce")
 # Calls whose input may be a gradient on its way to a reduction (a reduce-scatter written as
-# an all-to-all too): a digest of what the rank puts in, to compare a step's gradient between
-# two runs (the exercise's micro-batches against one batch) without keeping the tensor.
+# an all-to-all too): a digest of what the rank puts in during the first training step, to
+# compare its gradient between two runs (the exercise's micro-batches against one batch)
+# without keeping the tensor; later steps pay nothing for it.
 _GRADIENT_IN = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor",
                 "all_to_all", "all_to_all_single")
 _DIGEST_MIN = 1024  # elements: a gradient, not a loss, a norm or a guard's flag

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -351,23 +352,38 @@ def check_clean_exit(run: Run) -> list[Violation]:
     return out + _relabel(inv, run.parsed.problems)  # how it ended comes first
 
 
+def parted_steps(run: Run, reference: Run, tolerances: dict[str, float]
+                 ) -> Iterator[tuple[int, str | None, Any, Any]]:
+    """Where rank 0 of `run` parts from rank 0 of `reference`, step by step: (step, key, found,
+    expected) for each key of `tolerances` not finite or outside its relative tolerance; and
+    (step, None, "run" or "reference", None) for the first step one of them did not log,
+    which ends it."""
+    ra, rb = run.parsed.records.get(0, {}), reference.parsed.records.get(0, {})
+    for s in range(1, run.steps + 1):
+        a, b = ra.get(s), rb.get(s)
+        if a is None or b is None:
+            yield s, None, "run" if a is None else "reference", None
+            return
+        for key, rtol in tolerances.items():
+            x, y = a[key], b[key]
+            if not (is_finite(x) and is_finite(y) and math.isclose(x, y, rel_tol=rtol)):
+                yield s, key, x, y
+
+
+PARITY = {"loss": PARITY_LOSS_RTOL, "grad_norm": PARITY_GRAD_RTOL}
+
+
 def check_parity(base: Run, single: Run) -> list[Violation]:
     """N ranks x B rows and 1 rank x N*B rows agree at every step (the strongest check)."""
     inv = "single_process_parity"
     out: list[Violation] = _relabel(inv, base.parsed.problems + single.parsed.problems)
-    ra, rb = base.parsed.records.get(0, {}), single.parsed.records.get(0, {})
-    for s in range(1, base.steps + 1):
-        a, b = ra.get(s), rb.get(s)
-        if a is None or b is None:
-            out.append(Violation(inv, 0, s, "both runs log the step",
-                                 "missing in " + ("the N-rank run" if a is None else
-                                                  "the 1-rank run")))
-            break
-        for key, rtol in (("loss", PARITY_LOSS_RTOL), ("grad_norm", PARITY_GRAD_RTOL)):
-            x, y = a[key], b[key]
-            if not (is_finite(x) and is_finite(y) and math.isclose(x, y, rel_tol=rtol)):
-                out.append(Violation(inv, 0, s, f"{key} {y!r} (1 rank) within {rtol:g} rel", x,
-                                     f"{base.world_size}-rank run diverges from 1 rank"))
+    for s, key, x, y in parted_steps(base, single, PARITY):
+        if key is None:
+            out.append(Violation(inv, 0, s, "both runs log the step", "missing in " + (
+                "the N-rank run" if x == "run" else "the 1-rank run")))
+        else:
+            out.append(Violation(inv, 0, s, f"{key} {y!r} (1 rank) within {PARITY[key]:g} rel",
+                                 x, f"{base.world_size}-rank run diverges from 1 rank"))
     return out
 
 

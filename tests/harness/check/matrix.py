@@ -103,10 +103,9 @@ def _accumulation(run: Getter) -> list[Violation]:
 def _tensor_parallel(run: Getter, seed: int) -> list[Violation]:
     """Exercise 1: one line for a program that rejects --tensor-parallel, else every check
     on T = 2 over 2 ranks and over 4 (data parallelism of 2 beside it)."""
-    first = run(TP2)
-    if not_implemented_tp(first, TP):
-        return not_implemented_tp(first, TP)
-    out: list[Violation] = []
+    out = not_implemented_tp(run(TP2), TP)
+    if out:
+        return out
     for spec in (TP2, TP2DP2):
         tp = run(spec)
         out += (check_tp_loss(tp, run(SINGLE), TP) + check_heads(tp, run(SINGLE), TP)

@@ -19,12 +19,11 @@ is data-parallel rank g (it trains on rows [g·B, (g+1)·B) of a global batch of
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import Any
 
-from tests.harness.check.checks import PARITY_LOSS_RTOL, Run, is_finite
-from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
+from tests.harness.check.checks import PARITY_LOSS_RTOL, Run, parted_steps
+from tests.harness.check.exercise_checks import not_implemented as not_run
 from tests.harness.observe.traces import Call, ProcessTrace
 from tests.harness.observe.violations import Violation
 
@@ -38,11 +37,7 @@ HEADS_HINT = ("rank t of a group keeps heads [t·H/T, (t+1)·H/T): those heads' 
 
 
 def not_implemented(run: Run, t: int) -> list[Violation]:
-    if run.outcome.returncode == EXIT_USAGE:
-        return [Violation(INV, None, None, f"a run with --tensor-parallel {t}",
-                          "exit 2 (usage error)",
-                          f"{NOT_IMPLEMENTED}: the program rejects --tensor-parallel {t}")]
-    return []
+    return not_run(run, f"--tensor-parallel {t}", INV)
 
 
 def groups(world_size: int, t: int) -> list[list[int]]:
@@ -55,21 +50,17 @@ def check_tp_loss(tp: Run, single: Run, t: int) -> list[Violation]:
     out = not_implemented(tp, t)
     if out:
         return out
-    mine, theirs = tp.parsed.records.get(0, {}), single.parsed.records.get(0, {})
-    for s in range(1, tp.steps + 1):
-        a, b = mine.get(s), theirs.get(s)
-        if a is None or b is None:
+    for s, key, x, y in parted_steps(tp, single, {"loss": PARITY_LOSS_RTOL}):
+        if key is None:
             out.append(Violation(INV, 0, s, "both runs log the step", "missing in the "
-                                 + ("tensor-parallel run" if a is None else "one-rank run")))
-            break
-        x, y = float(a.get("loss", math.nan)), float(b.get("loss", math.nan))
-        if not (is_finite(x) and is_finite(y) and math.isclose(x, y, rel_tol=PARITY_LOSS_RTOL)):
+                                 + ("tensor-parallel run" if x == "run" else "one-rank run")))
+        else:
             out.append(Violation(INV, 0, s, f"loss {y!r} (one rank, the same rows) within "
                                  f"{PARITY_LOSS_RTOL:g} rel", x,
                                  f"the {tp.world_size}-rank run with --tensor-parallel {t} "
                                  "does not compute the one-rank model: see the other "
                                  "tensor-parallel checks for which part"))
-            break
+        break
     return out
 
 
