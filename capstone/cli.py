@@ -148,7 +148,16 @@ def preflight(cfg: TrainConfig) -> None:
                          "(CPU and gloo are the default)")
     if cfg.resume is not None:
         loaded = load_checkpoint(cfg.resume)  # CheckpointError names the bad file
-        n_params = count_params(MiniGPT(cfg.model))
+        # On one thread: a computation on more starts torch's thread pool, and a launcher
+        # with threads must start its ranks through a fork server that imports torch
+        # again (~1.5 s); single-threaded, it forks them at once. (The meta device would
+        # draw no values but imports torch._dynamo for its reference kernels, ~1.7 s.)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            n_params = count_params(MiniGPT(cfg.model))
+        finally:
+            torch.set_num_threads(threads)
         if loaded.n_params != n_params:
             raise UsageError(f"{cfg.resume} holds {loaded.n_params} parameters but this model "
                              f"({cfg.model}) has {n_params}: resume with the shape it was "

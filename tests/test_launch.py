@@ -71,3 +71,29 @@ def test_the_launcher_forks_its_ranks_from_a_single_threaded_process():
                          capture_output=True, text=True, check=True, cwd=ROOT,
                          env=env).stdout.split()
     assert out == ["1", "fork", "forkserver"], out
+
+
+def test_a_resume_is_launched_by_fork_too(tmp_path):
+    """The demo's second run (the resume) starts from the same launcher process as its first:
+    checking the checkpoint and the model's size before it (preflight) must leave that
+    process single-threaded, or its ranks go through a fork server that imports torch again
+    (the demo then took ~2x `import torch` instead of ~1x)."""
+    probe = f"""
+import os
+from dataclasses import replace
+from pathlib import Path
+import capstone.launch as l
+from capstone.cli import preflight, run
+from capstone.config import TrainConfig
+cfg = TrainConfig(out=Path({str(tmp_path / "a")!r}), world_size=2, steps=2, checkpoint_every=1)
+run(cfg)
+preflight(replace(cfg, out=Path({str(tmp_path / "b")!r}),
+                  resume=cfg.out / "checkpoints" / "step-000001"))
+print(len(os.listdir("/proc/self/task")), l._context().get_start_method())
+"""
+    env = {k: v for k, v in os.environ.items()  # a user's shell: conftest sets OMP's
+           if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", probe],
+                         capture_output=True, text=True, check=True, cwd=ROOT,
+                         env=env).stdout.split()
+    assert out[-2:] == ["1", "fork"], out
