@@ -9,13 +9,16 @@ Each round runs README's test command (`python -m pytest -n 2`) in this checkout
 `--same-tests` also runs, in this checkout, only the tests REV has too (by node id): what the
 tests both have cost now, apart from what the tests added since cost.
 Prints a JSON row per suite run (with the CPU time its processes used, and how many of the
-machine's cores that kept busy on average) and the medians.
+machine's cores that kept busy on average) and the medians, then the worker-seconds each test
+module took (setup, call and teardown of its tests, from pytest's --durations=0; medians over
+the rounds), side by side per checkout: a regression shows in the module where it starts.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import statistics
 import subprocess
@@ -50,18 +53,44 @@ def collected(checkout: Path) -> list[str]:
     return [ln.strip() for ln in proc.stdout.splitlines() if "::" in ln]
 
 
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)s (?:setup|call|teardown)\s+([^:\s]+)::")
+
+
+def per_module(report: str) -> dict[str, float]:
+    """Worker-seconds per test module, summed from pytest's `--durations=0` lines."""
+    out: dict[str, float] = {}
+    for line in report.splitlines():
+        if m := _DURATION.match(line.strip()):
+            out[m[2]] = out.get(m[2], 0.0) + float(m[1])
+    return out
+
+
 def suite(checkout: Path, workers: int, ids: list[str] | None = None
-          ) -> tuple[float, float, str]:
+          ) -> tuple[float, float, str, dict[str, float]]:
     """Wall time of the suite in `checkout` (only `ids`, if given), the CPU time (user + sys)
-    of its processes, and pytest's last line. The CPU time is that of every process reaped
-    up the tree: a lower bound, since what a SIGKILLed run's namespace held is not handed up."""
+    of its processes, pytest's last line and the worker-seconds per module. The CPU time is
+    that of every process reaped up the tree: a lower bound, since what a SIGKILLed run's
+    namespace held is not handed up."""
     t0, cpu0 = time.monotonic(), _children_cpu_s()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", str(workers), "-q",
-                           "-p", "no:cacheprovider", *(ids or [])], cwd=checkout,
-                          capture_output=True, text=True)
+                           "-p", "no:cacheprovider", "--durations=0", *(ids or [])],
+                          cwd=checkout, capture_output=True, text=True)
     wall, cpu = time.monotonic() - t0, _children_cpu_s() - cpu0
     lines = [ln for ln in proc.stdout.splitlines() if " in " in ln and "passed" in ln]
-    return wall, cpu, lines[-1].strip("= ") if lines else f"exit {proc.returncode}"
+    return (wall, cpu, lines[-1].strip("= ") if lines else f"exit {proc.returncode}",
+            per_module(proc.stdout))
+
+
+def print_modules(modules: dict[str, list[dict[str, float]]]) -> None:
+    """One line per test module: its median worker-seconds in each checkout, costliest first."""
+    names = sorted({m for runs in modules.values() for r in runs for m in r})
+    med = {k: {m: statistics.median(r.get(m, 0.0) for r in runs) for m in names}
+           for k, runs in modules.items() if runs}
+    first = next(iter(med))
+    print("\nworker-seconds per module (medians): " + " | ".join(med))
+    for m in sorted(names, key=lambda m: -med[first][m]):
+        print(f"{m:<52} " + " ".join(f"{v[m]:8.1f}" for v in med.values()))
+    print(f"{'total':<52} " + " ".join(f"{sum(v.values()):8.1f}" for v in med.values()))
 
 
 def main() -> int:
@@ -89,12 +118,14 @@ def main() -> int:
                               "both": len(only[f"{a.against}'s tests"])}), flush=True)
             checkouts[f"{a.against}'s tests"] = ROOT
         rows: dict[str, list[tuple[float, float]]] = {k: [] for k in checkouts}
+        modules: dict[str, list[dict[str, float]]] = {k: [] for k in checkouts}
         try:
             for _ in range(a.rounds):
                 for name, path in checkouts.items():
                     floor = import_floor()
-                    wall, cpu, last = suite(path, a.workers, only.get(name))
+                    wall, cpu, last, mods = suite(path, a.workers, only.get(name))
                     rows[name].append((wall, floor))
+                    modules[name].append(mods)
                     print(json.dumps({"suite": name, "wall_s": round(wall, 1),
                                       "cpu_s": round(cpu, 1), "cores_busy": round(cpu / wall, 2),
                                       "import_torch_s": round(floor, 2),
@@ -109,6 +140,7 @@ def main() -> int:
             floors = statistics.median(w / f for w, f in r)
             print(f"{name:>16}: suite {wall:6.1f} s, {floors:5.1f} x the import-torch floor "
                   f"(medians of {len(r)})")
+        print_modules(modules)
     return 0
 
 

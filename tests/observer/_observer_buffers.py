@@ -33,10 +33,11 @@ def python_buffers(tracked: list[Any]) -> list[Any]:
     np = sys.modules.get("numpy")  # a program that never imported numpy holds no array
     ndarray = np.ndarray if np is not None else ()
     found: dict[int, Any] = {}
+    exact = (bytearray, array.array, mmap.mmap)
 
     def consider(o: Any) -> None:
         t = type(o)
-        if t in (bytearray, array.array, mmap.mmap) or (
+        if t in exact or (
                 ndarray and issubclass(t, ndarray) and o.flags.owndata and o.nbytes):
             found[id(o)] = o
 
@@ -51,39 +52,62 @@ def python_buffers(tracked: list[Any]) -> list[Any]:
             if frame is not me:
                 frames.append(frame)
             frame = frame.f_back
-    for o in tracked:
-        consider(o)
+    holders = _holders(tracked, consider)
     inner = []  # a dict or tuple of untracked values only (arrays) is itself untracked
-    for o in gc.get_referents(*_holders(tracked), *frames):
+    for o in gc.get_referents(*holders, *frames):
         consider(o)
         if type(o) in (dict, tuple) and not gc.is_tracked(o):
             inner.append(o)
     for o in gc.get_referents(*inner):
         consider(o)
     inner.clear()
+    holders.clear()
     frames.clear()  # no frame object outlives this call through us
     del frames, me, frame, top
     return list(found.values())
 
 
-def _holders(tracked: list[Any]) -> list[Any]:
+_NAMESPACES: dict[int, set[int]] = {}  # len(sys.modules) -> the libraries' namespaces
+
+
+def _namespaces() -> set[int]:
+    """ids of the module namespaces that are not the program's (libraries', builtins'):
+    computed again only when a module was imported since (a walk per snapshot otherwise
+    tested ~1,000 modules' paths each time)."""
+    import sys
+
+    key = len(sys.modules)
+    if key not in _NAMESPACES:
+        libraries = (sys.prefix, sys.base_prefix, sys.exec_prefix)
+        main = sys.modules.get("__main__")  # also named __mp_main__ under multiprocessing
+        _NAMESPACES.clear()
+        _NAMESPACES[key] = {id(vars(m)) for m in list(sys.modules.values())
+                            if m is not main and hasattr(m, "__dict__") and (
+                                not isinstance(path := getattr(m, "__file__", None), str)
+                                or path.startswith(libraries))}
+    return _NAMESPACES[key]
+
+
+def _holders(tracked: list[Any], consider: Any) -> list[Any]:
     """Of the objects the collector tracks, those that hold a program's data: lists, dicts
     other than modules' namespaces, and instances of classes written in Python. Asking every
     tracked object for its referents touches (by reference count) the module-level objects
     a forked rank shares with its launcher, and copies their pages into every rank (+150 MB
     over zero1.py's four ranks): functions, code, classes and the libraries' modules are left
-    out; the program's own modules (its script, its files) are not."""
-    import sys
-
-    libraries = (sys.prefix, sys.base_prefix, sys.exec_prefix)
-    main = sys.modules.get("__main__")  # also named __mp_main__ under multiprocessing
-    namespaces = {id(vars(m)) for m in list(sys.modules.values())
-                  if m is not main and hasattr(m, "__dict__") and (
-                      not isinstance(path := getattr(m, "__file__", None), str)
-                      or path.startswith(libraries))}
+    out; the program's own modules (its script, its files) are not. Each instance of a class
+    written in Python goes to `consider` too (a numpy array subclass is tracked; a bytearray,
+    an array.array, an mmap and a plain numpy array are not), in the same pass."""
+    namespaces = _namespaces()
     heap = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
-    return [o for o in tracked if (type(o) in (list, dict) and id(o) not in namespaces)
-            or (type(o).__flags__ & heap and not issubclass(type(o), type))]
+    out = []
+    for o in tracked:
+        t = type(o)
+        if t is list or (t is dict and id(o) not in namespaces):
+            out.append(o)
+        elif t.__flags__ & heap and not issubclass(t, type):
+            out.append(o)
+            consider(o)
+    return out
 
 
 def address(o: Any) -> tuple[int, int] | None:
