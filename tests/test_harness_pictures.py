@@ -16,7 +16,17 @@ from tests.harness.check.state_checks import check_state_location
 from tests.harness.report.class_report import write_feedback
 from tests.harness.report.pictures import as_text, facts, render
 from tests.harness.run.runner import Watch
-from tests.harness.run.runs import BASE, MEM1, N2, RESUMED, SINGLE, RunCache
+from tests.harness.run.runs import (
+    BASE,
+    MEM1,
+    MICRO,
+    MICRO_BATCHES,
+    N2,
+    RESUMED,
+    SINGLE,
+    TP2,
+    RunCache,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "tests" / "mutants" / "launch.py"
@@ -83,14 +93,51 @@ def test_feedback_embeds_a_picture_per_failed_check_and_none_when_passing(failur
 
 
 def test_only_the_checks_with_a_picture_kind_get_one():
-    # equal_rank_norms's words are enough; the exercises have no picture yet
-    pictured = set(CHECKS) - {"equal_rank_norms", "accumulation", "tensor_parallel"}
+    # equal_rank_norms's words are enough
+    pictured = set(CHECKS) - {"equal_rank_norms"}
     assert pictured <= {"no_deadlock", "communication", "monotonic_loss",
                         "single_process_parity", "zero1_memory", "byte_exact_resume",
-                        "rollback", "rank_killed"}
+                        "rollback", "rank_killed", "accumulation", "tensor_parallel"}
     assert facts("equal_rank_norms", [], []) is None
     assert facts("accumulation", [], []) is None
     assert facts("tensor_parallel", [], []) is None
+
+
+def _spans(line: str) -> str:
+    return line.split(": ", 1)[1]
+
+
+def test_the_exercises_pictures_show_the_heads_and_the_reductions(reference_only, run_cache,
+                                                                   run, tmp_path):
+    """Exercise 1: each rank's share of the attention's rows, from the one-rank run's weights
+    (the reference's two ranks disjoint halves; tp_same_heads's rank 1 the same rows as rank
+    0). Exercise 2: the elements reduced per step and step 1's gradient norm, the
+    micro-batched run against the one-batch run (accum_summed's norm M times the other's)."""
+    single = run(SINGLE)
+    heads = {name: facts("tensor_parallel", [mutant(run_cache, name, TP2) if name else
+                                             run(TP2), single], [])
+             for name in ("", "tp_same_heads")}
+    for name, f in heads.items():
+        assert f is not None and f["kind"] == "heads", name
+        render(f, tmp_path / f"heads{name}.png", name or "reference")
+    ranks = [ln for ln in as_text(heads[""]).splitlines() if ln.startswith("  rank ")]
+    halves = {ln.split()[1]: _spans(ln) for ln in ranks if "weight" in ln}
+    assert len(ranks) >= 2 and halves["0"] != halves["1"] and "of" in halves["0"], ranks
+    same = [_spans(ln) for ln in as_text(heads["tp_same_heads"]).splitlines()
+            if ln.startswith("  rank ")]
+    assert same[: len(same) // 2] == same[len(same) // 2:], same  # rank 1 holds rank 0's
+    one = run(N2)
+    for name in ("", "accum_summed"):
+        micro = mutant(run_cache, name, MICRO) if name else run(MICRO)
+        f = facts("accumulation", [micro, one], [])
+        assert f is not None and f["kind"] == "reductions", name
+        render(f, tmp_path / f"reductions{name}.png", name or "reference")
+        norms = [v["norms"] for v in f["runs"].values()]
+        reduced = [v["reduced"] for v in f["runs"].values()]
+        assert norms[0] and len(norms[0]) == len(norms[1]) and reduced[0] == reduced[1], f
+        ratio = norms[1][0] / norms[0][0]
+        assert abs(ratio - (MICRO_BATCHES if name else 1)) < 1e-3, (name, ratio)
+        assert "step 1's gradient norm" in as_text(f)
 
 
 def test_a_run_that_did_nothing_gets_words_and_no_empty_picture(shared_tmp, tmp_path):

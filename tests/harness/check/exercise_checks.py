@@ -138,6 +138,17 @@ def _gradient_why(ratio: float, m: int) -> str:
             "once, with the same weights? (slice rows [i*B/M, (i+1)*B/M) for micro-batch i)")
 
 
+def reductions_seen(run: Run, per_step: int, rank: int = 0
+                    ) -> tuple[list[float], list[float]] | None:
+    """What `rank` of `run` reduced: gradient elements in each of its first steps, and the
+    norm of each gradient-sized reduction input of step 1 (None: not observed)."""
+    p = run.observed.trainers().get(rank) if run.observed is not None else None
+    if p is None or run.world_size < 2:
+        return None
+    return (_reduced_by_step(p, per_step, run.world_size, rank),
+            [math.sqrt(d["sq"]) for d in _step1_digests(p, per_step)])
+
+
 def check_accumulated_gradient(one: Run, many: Run, m: int) -> list[Violation]:
     """Step 1's gradient, as each rank puts it into the reduction, equals the one-batch
     run's (same weights, same rows): element by element at 16 positions, and its norm."""

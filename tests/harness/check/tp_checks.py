@@ -82,6 +82,32 @@ def _slice_of(leaf: dict[str, Any], full: list[dict[str, Any]]
     return None
 
 
+def held_by(leaves: list[dict[str, Any]], full: list[dict[str, Any]]
+            ) -> dict[int, tuple[str, frozenset[int]]]:
+    """Of one rank's first-backward leaves, the strict slices of the one-rank run's (`full`):
+    full leaf index -> ("rows" or "cols", which ones)."""
+    held: dict[int, tuple[str, frozenset[int]]] = {}
+    for leaf in leaves:
+        found = _slice_of(leaf, full)
+        if found is not None:
+            held[found[0]] = (found[1], found[2])
+    return held
+
+
+def heads_held(tp: Run, single: Run) -> tuple[list[dict[str, Any]], dict[int, dict[
+        int, tuple[str, frozenset[int]]]]] | None:
+    """The one-rank run's 2-D leaves and, per rank of `tp`, the slices of them it holds;
+    None where either run's first backward was not seen."""
+    if tp.observed is None or single.observed is None:
+        return None
+    ones = single.observed.trainers()
+    if 0 not in ones or not ones[0].leaves:
+        return None
+    full = ones[0].leaves
+    return full, {r: held_by(p.leaves, full) for r, p in sorted(tp.observed.ranks().items())
+                  if p.leaves}
+
+
 def check_heads(tp: Run, single: Run, t: int) -> list[Violation]:
     """Each rank holds 1/T of the attention's weights, as slices of the one-rank run's
     initial weights; a group's slices are disjoint and make the whole."""
@@ -100,11 +126,7 @@ def check_heads(tp: Run, single: Run, t: int) -> list[Violation]:
             p = ranks.get(r)
             if p is None or not p.leaves:
                 continue
-            held[r] = {}
-            for leaf in p.leaves:
-                found = _slice_of(leaf, full)
-                if found is not None:
-                    held[r][found[0]] = (found[1], found[2])
+            held[r] = held_by(p.leaves, full)
             elements = sum(len(ix) * (full[i]["shape"][1] if how == "rows" else
                                       full[i]["shape"][0])
                            for i, (how, ix) in held[r].items())

@@ -13,7 +13,8 @@ them as aligned rows; `render(facts, path)` draws them (matplotlib). Kinds:
 - "memory" (zero1_memory): measured persistent bytes and logged optimizer bytes per rank over
   N, against 12P/N;
 - "restart" (byte_exact_resume, rollback): the original run and the resumed or rolled-back
-  one side by side, where they part.
+  one side by side, where they part;
+- the exercises' "heads" and "reductions" (exercise_pictures.py).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from tests.harness.check.checks import LATE_GUARD, Run
 from tests.harness.check.observed_checks import params_of, persistent_bytes, traffic_per_step
 from tests.harness.check.state_checks import CHARGED, located
 from tests.harness.observe.violations import Violation
+from tests.harness.report import exercise_pictures
 
 KINDS = {"no_deadlock": "timeline", "communication": "timeline", "monotonic_loss": "curves",
          "single_process_parity": "curves", "zero1_memory": "memory",
-         "byte_exact_resume": "restart", "rollback": "restart", "rank_killed": "restart"}
+         "byte_exact_resume": "restart", "rollback": "restart", "rank_killed": "restart",
+         **exercise_pictures.KINDS}
 LAST_CALLS = 4  # per rank, before the problem
 
 
@@ -123,6 +126,10 @@ def facts(invariant: str, runs: list[Run], violations: list[Violation]
         return _curves(runs)
     if kind == "memory":
         return _memory(runs)
+    if invariant in exercise_pictures.KINDS:  # its resume and rollback: as a plain run's
+        return exercise_pictures.facts(invariant, runs) or (
+            _restart(runs, violations) if len(runs) >= 2 and all(
+                r.world_size > 1 for r in runs) else None)
     return _restart(runs, violations) if len(runs) >= 2 else None
 
 
@@ -133,7 +140,9 @@ def _fmt(x: float | None) -> str:
 def as_text(f: dict[str, Any], width: int = 100) -> str:
     """The facts as aligned rows (what a results page without images can show)."""
     lines: list[str] = []
-    if f["kind"] == "timeline":
+    if f["kind"] in exercise_pictures.KINDS.values():
+        lines = exercise_pictures.as_text(f)
+    elif f["kind"] == "timeline":
         lines.append(f"each rank's last calls ({f['run']} run; ms from its first call; "
                      "'...' = still inside it):")
         for r, calls in f["ranks"].items():
@@ -186,7 +195,8 @@ def render(f: dict[str, Any], path: Path, title: str) -> Path:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     draw = {"timeline": _draw_timeline, "curves": _draw_curves, "memory": _draw_memory,
-            "restart": _draw_restart}[f["kind"]]
+            "restart": _draw_restart, **{k: exercise_pictures.draw
+                                         for k in exercise_pictures.KINDS.values()}}[f["kind"]]
     draw(f, axes)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
