@@ -12,11 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.check.fault_checks import FLAG_HINT, check_fault_took_effect
+from tests.harness.check.fault_checks import FLAG_HINT, check_fault_took_effect, check_killed
 from tests.harness.check.matrix import CHECKS, FROM_BASE_RUN, evaluate
 from tests.harness.diagnose.diagnosis import diagnose
 from tests.harness.observe.violations import summarize
-from tests.harness.run.runs import fault_step, faulted
+from tests.harness.run.runs import (
+    BASE,
+    PROMPT_FLOOR_S,
+    PROMPT_S,
+    fault_step,
+    faulted,
+    kill_bound,
+    nemesis_kill,
+    nemesis_of,
+)
 from tests.mutants.catalogue import MUTANTS
 
 LAUNCHER = Path(__file__).resolve().parent / "mutants" / "launch.py"
@@ -72,3 +81,22 @@ def test_reference_passes_every_check(reference_only, run, run_cache, record_pro
         "cells": {k: len(v) for k, v in found.items()}}))
     broken = {k: v for k, v in found.items() if v}
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
+
+
+def test_a_killed_rank_s_peers_get_as_long_as_the_program_s_speed_warrants(reference_only,
+                                                                           run_cache):
+    """The promptness bound after the suite kills a rank follows the program's own clean
+    run (5x its wall time, 10 s at least, 20 s at most, x the box's factor): the catalogue's
+    fast ranks that wait for a dead peer are stopped at that bound, not at 20 s, and told so."""
+    f = run_cache.factor
+    assert kill_bound(0.5, f) == PROMPT_FLOOR_S * f and kill_bound(60.0, f) == PROMPT_S * f
+    assert kill_bound(3.0) == 15.0
+    impl = (sys.executable, str(LAUNCHER), "waits_for_dead_peer")
+    spec = nemesis_kill(run_cache.seed, "kill")
+    _, step, rank = nemesis_of(spec) or ("kill", 0, 1)
+    killed = run_cache.get(impl, spec)  # the clean run first, inside: it sets the bound
+    clean = run_cache.get(impl, BASE)
+    bound = kill_bound(clean.outcome.wall_s, f)
+    assert killed.outcome.after_kill_s == bound < PROMPT_S * f, killed.outcome.after_kill_s
+    found = check_killed(killed, "kill", step, rank)
+    assert found and found[0].expected.startswith(f"the run to end within {bound:.0f}s"), found

@@ -13,11 +13,25 @@ from pathlib import Path
 import pytest
 
 from tests.harness.check.checks import check_clean_exit, check_monotonic_loss
-from tests.harness.check.observed_checks import NOT_OBSERVED, check_genuine_ranks
+from tests.harness.check.observed_checks import NOT_OBSERVED, check_genuine_ranks, persistent_bytes
+from tests.harness.check.state_checks import located
 from tests.harness.check.work_checks import check_data_parallel, check_reduced
 from tests.harness.run import acl, contain
 from tests.harness.run.runner import Watch, run_command
-from tests.harness.run.runs import BASE, RunCache, RunSpec
+from tests.harness.run.runs import (
+    BASE,
+    MEM1,
+    MICRO,
+    N2,
+    N3,
+    RESUMED,
+    SINGLE,
+    TP2,
+    RunCache,
+    RunSpec,
+    faulted,
+    nemesis_nan,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "hostile"
@@ -347,3 +361,16 @@ print("ok")
                           str(ROOT / "tests" / "observer" / "sitecustomize.py")],
                          capture_output=True, text=True, env=env, cwd=ROOT)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_memory_is_walked_and_the_state_searched_only_where_a_check_reads_them(
+        reference_only, run):
+    """The memory walks and the search for the optimizer state cost each rank 0.1-0.3 s:
+    the runs zero1_memory reads have them (MEM1 here), the others (the one-rank parity run,
+    the resumes, the faults, the exercises) do not."""
+    on, off = run(MEM1), run(SINGLE)
+    assert persistent_bytes(on) is not None and located(on), "MEM1: walked and searched"
+    assert persistent_bytes(off) is None and not located(off), "SINGLE: neither"
+    assert all(not s.measure_memory for s in (SINGLE, RESUMED, TP2, MICRO,
+                                              faulted("nan", 12), nemesis_nan(0)))
+    assert all(s.measure_memory for s in (BASE, N2, N3, MEM1))

@@ -69,8 +69,10 @@ class _Observer:
         argv = " ".join(getattr(sys, "orig_argv", sys.argv))
         self.check_grads = "--inject nan@" in argv or "--inject=nan@" in argv
         self.rank: int | None = None
-        self.mem_at = tuple(int(x) for x in
-                            os.environ.get("CAPSTONE_OBSERVE_MEM", "3,6").split(","))
+        # The backward passes at which memory is walked; empty: no walk and no state search
+        # (a run that no memory check reads: ~0.1-0.3 s of each rank's time saved).
+        points = os.environ.get("CAPSTONE_OBSERVE_MEM", "3,6")
+        self.mem_at = tuple(int(x) for x in points.split(",")) if points else ()
         self.first_snapshot: dict[int, tuple[Any, int]] | None = None
         self.step_data: set[int] = set()  # fingerprints sent or received since the backward
         self.pending: list[Any] = []  # weak references to receive buffers not read yet
@@ -486,7 +488,7 @@ class _Observer:
                            "t": time.time_ns()})
                 nemesis.torn_save(real, obj, *args, **kwargs)
             result = real(obj, *args, **kwargs)
-            if os.getpid() not in done:
+            if self.mem_at and os.getpid() not in done:
                 try:
                     import _observer_state as state
 

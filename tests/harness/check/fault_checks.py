@@ -27,6 +27,7 @@ from tests.harness.check.checks import (
 from tests.harness.check.observed_checks import observation_of
 from tests.harness.observe.traces import ProcessTrace
 from tests.harness.observe.violations import Violation
+from tests.harness.run.runs import PROMPT_S
 
 INV = "rollback"
 SPIKE = 2.0  # the contract's spike: a loss above twice the previous step's
@@ -116,11 +117,6 @@ def check_fault_took_effect(run: Run, kind: str, step: int) -> list[Violation]:
                       f"{FLAG_HINT}")]
 
 
-# A run whose rank died must end within this long of the death (the runner stops it then;
-# scaled by the box, like the run bound): mp.spawn and torchrun end the other ranks at once,
-# gloo fails their pending calls at once ("Connection closed by peer"); a collective timeout
-# of a few seconds ends the rest.
-PROMPT_S = 20.0
 KILL_HINT = ("end the run when a rank dies: mp.spawn and torchrun end the other ranks; "
              "a hand-made launcher must watch its ranks, and a collective timeout "
              "(init_process_group(timeout=...)) ends ranks waiting for a dead peer")
@@ -142,8 +138,9 @@ def check_killed(run: Run, kind: str, step: int, rank: int) -> list[Violation]:
     out: list[Violation] = []
     o = run.outcome
     after = (o.ended_ns - int(p.nemesis.get("t", o.ended_ns))) / 1e9
-    if o.timed_out or o.deadlock_s is not None:  # the runner stops it PROMPT_S after
-        out.append(Violation(INV, None, step, f"the run to end within {PROMPT_S:.0f}s of {what}",
+    if o.timed_out or o.deadlock_s is not None:  # the runner stops it this long after
+        bound = o.after_kill_s or PROMPT_S  # (runs.kill_bound: the program's own speed)
+        out.append(Violation(INV, None, step, f"the run to end within {bound:.0f}s of {what}",
                              f"{after:.0f}s", f"the other ranks waited {after:.0f}s for a dead "
                              f"peer ({o.reason()}): {KILL_HINT}"))
     elif o.returncode == 0:

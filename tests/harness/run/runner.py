@@ -82,6 +82,7 @@ class Outcome:
     earlier: list[str] = field(default_factory=list)  # how attempts the box spoiled ended
     not_graded: str = ""  # the box failed this run twice: why it is not graded
     ended_ns: int = 0  # wall clock (time.time_ns) when the run ended or was stopped
+    after_kill_s: float = 0.0  # how long it was given to end after the suite killed a rank
     stress: dict[str, float] = field(default_factory=dict)  # the box's counters (stress.py)
     reached_collective: bool = False  # some rank of it entered a collective or a send
     first_error: str = ""  # the first exception (rank, error, line) or signal in its stderr
@@ -222,8 +223,10 @@ class Watch:
     hang_after_s: float = 5.0  # 0: never stop early
     nemesis: str = ""  # a fault the observer makes in the run (tests/observer/_observer_nemesis)
     after_kill_s: float = 20.0  # a run still alive this long after the nemesis killed a rank
-    #                             is stopped (fault_checks.PROMPT_S)
+    #                             is stopped (runs.kill_bound sets it per run)
     contain: bool = False
+    memory: bool = True  # the observer walks memory and searches for the state (False: a run
+    #                      that no memory check reads)
     poll_s: float = 0.2
     # How long a process may take to exit after the run ended before it is a survivor; the
     # suite's own tests of programs that certainly leave one shorten it
@@ -238,7 +241,7 @@ def _outlived_kill(obs: Any, after_s: float) -> bool:
 
 
 def _environment(token: str, observe_dir: Path | None, home: Path | None = None,
-                 nemesis: str = "") -> dict[str, str]:
+                 nemesis: str = "", memory: bool = True) -> dict[str, str]:
     env = dict(os.environ, **{TOKEN_VAR: token, "OMP_NUM_THREADS": "1",
                               "PYTHONDONTWRITEBYTECODE": "1"})
     env.pop("CAPSTONE_NEMESIS", None)
@@ -252,6 +255,8 @@ def _environment(token: str, observe_dir: Path | None, home: Path | None = None,
         env["PYTHONPATH"] = os.pathsep.join(
             [str(OBSERVER_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
         env.setdefault("TORCH_FR_BUFFER_SIZE", "20000")
+        if not memory:
+            env["CAPSTONE_OBSERVE_MEM"] = ""
     return env
 
 
@@ -302,7 +307,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     out.parent.mkdir(parents=True, exist_ok=True)
     token = session_prefix() + uuid.uuid4().hex
     observe_dir = out.parent / "observe" if watch.observe else None
-    env = _environment(token, observe_dir, out.parent if user else None, watch.nemesis)
+    env = _environment(token, observe_dir, out.parent if user else None, watch.nemesis,
+                       watch.memory)
     logs = out.parent / f"{out.name}.log"
     logs.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
@@ -392,6 +398,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                    _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
                    deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox,
                    round(peak, 1), ooms, ended_ns=ended_ns, stress=pressure,
+                   after_kill_s=watch.after_kill_s if watch.nemesis.startswith("kill")
+                   else 0.0,
                    reached_collective=reached,
                    first_error=crashed.said, crash_source=crashed.around())
 

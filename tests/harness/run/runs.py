@@ -41,6 +41,9 @@ class RunSpec:
     resume_from: tuple[RunSpec, int] | None = None
     extra: tuple[str, ...] = ()  # flags beyond the contract (the reference's exercises)
     nemesis: str | None = None  # a fault the suite makes in the run itself (no flag)
+    # The observer's memory walks and state search (zero1_memory reads them in BASE, N2, N3
+    # and MEM1 only; off where no check reads them: each costs a rank 0.1-0.3 s).
+    measure_memory: bool = True
 
     def flags(self, resume_dir: Path | None) -> list[str]:
         f = ["--world-size", str(self.world_size), "--steps", str(self.steps),
@@ -61,39 +64,41 @@ class RunSpec:
 
 # The runs the invariants read. Global batch N*B = 16 rows wherever parity is compared.
 BASE = RunSpec("base")
-SINGLE = RunSpec("single", world_size=1, batch_size=16)
+SINGLE = RunSpec("single", world_size=1, batch_size=16, measure_memory=False)
 # N2 and MEM1 have BASE's 4 rows per rank and 6 steps: with BASE they are the N = 1, 2, 4 of
 # the measured memory (the observer's two points are backward calls 3 and 6).
 N2 = RunSpec("n2", world_size=2, batch_size=4, steps=6, checkpoint_every=3)
 N3 = RunSpec("n3", world_size=3, batch_size=4, steps=3, checkpoint_every=3)
 MEM1 = RunSpec("mem1", world_size=1, batch_size=4, steps=6, checkpoint_every=3)
-RESUMED = RunSpec("resumed", resume_from=(BASE, 10))
+RESUMED = RunSpec("resumed", resume_from=(BASE, 10), measure_memory=False)
 # Exercise 2: N2 (2 ranks, 4 rows each, 6 steps) with each rank's 4 rows as 4 micro-batches
 # of 1, compared with N2 itself (the invariants' run): step 1's gradient, the first 3 steps'
 # reductions and the 6 steps' trajectory.
 MICRO_BATCHES = 4
 MICRO = RunSpec(f"micro{MICRO_BATCHES}", world_size=2, batch_size=4, steps=6,
-                checkpoint_every=3, extra=("--micro-batches", str(MICRO_BATCHES)))
+                checkpoint_every=3, extra=("--micro-batches", str(MICRO_BATCHES)),
+                measure_memory=False)
 ONE_BATCH = N2  # the run MICRO is compared with
 # Exercise 1: the heads over T = 2 ranks, alone (16 rows, 6 steps) and beside data
 # parallelism of 2 (8 rows per group, the 20 steps its resume and rollback need): each the
 # one-rank run's 16 rows (SINGLE).
 TP = 2
 TP2 = RunSpec("tp2", world_size=2, batch_size=16, steps=6, checkpoint_every=3,
-              extra=("--tensor-parallel", str(TP)))
-TP2DP2 = RunSpec("tp2dp2", world_size=4, batch_size=8, extra=("--tensor-parallel", str(TP)))
+              extra=("--tensor-parallel", str(TP)), measure_memory=False)
+TP2DP2 = RunSpec("tp2dp2", world_size=4, batch_size=8, extra=("--tensor-parallel", str(TP)),
+                 measure_memory=False)
 TP2DP2_RESUMED = RunSpec("tp2dp2-resumed", world_size=4, batch_size=8,
-                         extra=TP2DP2.extra, resume_from=(TP2DP2, 10))
+                         extra=TP2DP2.extra, resume_from=(TP2DP2, 10), measure_memory=False)
 
 
 def tp_faulted(kind: str, step: int) -> RunSpec:
     """TP2DP2 with a fault the contract announces (its rollback, as a plain run's)."""
     return RunSpec(f"tp2dp2-{kind}{step}", world_size=4, batch_size=8, extra=TP2DP2.extra,
-                   inject=f"{kind}@{step}")
+                   inject=f"{kind}@{step}", measure_memory=False)
 
 
 def faulted(kind: str, step: int) -> RunSpec:
-    return RunSpec(f"{kind}{step}", inject=f"{kind}@{step}")
+    return RunSpec(f"{kind}{step}", inject=f"{kind}@{step}", measure_memory=False)
 
 
 FAULT_KINDS = ("nan", "spike")
@@ -109,7 +114,8 @@ def nemesis_nan(seed: int, world_size: int = BASE.world_size) -> RunSpec:
     step, rank = (13, 2) if not seed else (
         random.Random(f"{seed}:nemesis").choice(FAULT_STEPS),
         random.Random(f"{seed}:nemesis-rank").randrange(world_size))
-    return RunSpec(f"nemesis-nan{step}-rank{rank}", nemesis=f"nan@{step}:{rank}")
+    return RunSpec(f"nemesis-nan{step}-rank{rank}", nemesis=f"nan@{step}:{rank}",
+                   measure_memory=False)
 
 
 def nemesis_kill(seed: int, kind: str, world_size: int = BASE.world_size) -> RunSpec:
@@ -121,15 +127,32 @@ def nemesis_kill(seed: int, kind: str, world_size: int = BASE.world_size) -> Run
     rank = draw.randrange(1, world_size) if seed else {"kill": 1, "killsave": 3}[kind]
     if kind == "kill":
         step = draw.choice(FAULT_STEPS) if seed else 14
-        return RunSpec(f"nemesis-kill{step}-rank{rank}", nemesis=f"kill@{step}:{rank}")
+        return RunSpec(f"nemesis-kill{step}-rank{rank}", nemesis=f"kill@{step}:{rank}",
+                       measure_memory=False)
     return RunSpec(f"nemesis-killsave15-rank{rank}", checkpoint_every=5,
-                   nemesis=f"killsave@15:{rank}")
+                   nemesis=f"killsave@15:{rank}", measure_memory=False)
+
+
+# A run whose rank the suite killed must end within this long of the death (the runner stops
+# it then): mp.spawn and torchrun end the other ranks at once, gloo fails their pending calls
+# at once ("Connection closed by peer"), a collective timeout of a few seconds ends the rest.
+# The bound follows the program's own speed: PROMPT_RUNS times its clean run (the base run,
+# measured in the same box), at least PROMPT_FLOOR_S and at most PROMPT_S (both scaled by the
+# box like the run bound). A program whose clean run takes 2 s is not waited for 20 s.
+PROMPT_S = 20.0
+PROMPT_FLOOR_S = 10.0
+PROMPT_RUNS = 5.0
+
+
+def kill_bound(clean_wall_s: float, factor: float = 1.0) -> float:
+    """How long after the suite killed a rank the run may take to end."""
+    return min(PROMPT_S * factor, max(PROMPT_FLOOR_S * factor, PROMPT_RUNS * clean_wall_s))
 
 
 def resumed_after(killed: RunSpec) -> RunSpec:
     """The run that resumes a killed run from its step-10 checkpoint (the latest complete
     one: the kill comes at step 12 or later, a torn write at checkpoint 15)."""
-    return RunSpec(f"{killed.name}-resumed", resume_from=(killed, 10))
+    return RunSpec(f"{killed.name}-resumed", resume_from=(killed, 10), measure_memory=False)
 
 
 def nemesis_of(spec: RunSpec) -> tuple[str, int, int] | None:
@@ -177,7 +200,8 @@ class RunCache:
                              after_kill_s=watch.after_kill_s * self.factor)
 
     def _attempt(self, impl: tuple[str, ...], argv: list[str], d: Path,
-                 alone: bool = False, nemesis: str | None = None) -> Outcome:
+                 alone: bool = False, nemesis: str | None = None,
+                 after_kill_s: float | None = None, memory: bool = True) -> Outcome:
         """One run in a fresh directory, once it fits in the box (`alone`: no other run, and
         RERUN_SCALE times the bound and the hang watch)."""
         if d.exists():
@@ -185,7 +209,8 @@ class RunCache:
         d.mkdir(parents=True)
         scale = stress.RERUN_SCALE if alone else 1.0
         watch = replace(self.watch, hang_after_s=self.watch.hang_after_s * scale,
-                        nemesis=nemesis or "")
+                        nemesis=nemesis or "", memory=memory,
+                        after_kill_s=(after_kill_s or self.watch.after_kill_s) * scale)
         with self.budget.reserve(d.name, exclusive=alone):
             outcome = run_command(argv, d / "out", self.timeout_s * scale, self.cwd,
                                   self.mem_bytes, self.file_bytes, watch)
@@ -208,6 +233,11 @@ class RunCache:
     def _get(self, impl: tuple[str, ...], spec: RunSpec) -> Run:
         d = self.root / spec.key(impl, self.cwd)
         done = d / "outcome.json"
+        after_kill = None
+        if spec.nemesis and spec.nemesis.startswith("kill") and not done.exists():
+            # The clean run first (every kill check reads it anyway): its speed sets the bound.
+            clean = self._get(impl, self.seeded(BASE))
+            after_kill = kill_bound(clean.outcome.wall_s, self.factor)
         with FileLock(str(d) + ".lock"):
             if not done.exists():
                 resume_dir = None
@@ -216,10 +246,13 @@ class RunCache:
                     base = self._get(impl, base_spec)
                     resume_dir = base.parsed.out / "checkpoints" / f"step-{step:06d}"
                 argv = [*impl, "--out", str(d / "out"), *spec.flags(resume_dir)]
-                outcome = self._attempt(impl, argv, d, nemesis=spec.nemesis)
+                outcome = self._attempt(impl, argv, d, nemesis=spec.nemesis,
+                                        after_kill_s=after_kill, memory=spec.measure_memory)
                 if outcome.ended_by_the_box():
                     spoiled = outcome
-                    outcome = self._attempt(impl, argv, d, alone=True, nemesis=spec.nemesis)
+                    outcome = self._attempt(impl, argv, d, alone=True, nemesis=spec.nemesis,
+                                            after_kill_s=after_kill,
+                                            memory=spec.measure_memory)
                     outcome.earlier = [f"{by_the_box(spoiled)}: {spoiled.reason()}"]
                     if outcome.ended_by_the_box():
                         outcome.not_graded = out_of_memory(max(
