@@ -19,6 +19,7 @@ from tests.harness.observe.violations import summarize
 from tests.harness.run.runs import (
     BASE,
     PROMPT_FLOOR_S,
+    PROMPT_RUNS,
     PROMPT_S,
     fault_step,
     faulted,
@@ -86,8 +87,9 @@ def test_reference_passes_every_check(reference_only, run, run_cache, record_pro
 def test_a_killed_rank_s_peers_get_as_long_as_the_program_s_speed_warrants(reference_only,
                                                                            run_cache):
     """The promptness bound after the suite kills a rank follows the program's own clean
-    run (5x its wall time, 10 s at least, 20 s at most, x the box's factor): the catalogue's
-    fast ranks that wait for a dead peer are stopped at that bound, not at 20 s, and told so."""
+    run (5x its wall time, 10 s at least, 20 s at most, x the box's factor): ranks that wait
+    for a dead peer are stopped at that bound (below 20 s where the program runs fast: here,
+    not in a starved box, where 5x its clean run reaches the cap), and told so."""
     f = run_cache.factor
     assert kill_bound(0.5, f) == PROMPT_FLOOR_S * f and kill_bound(60.0, f) == PROMPT_S * f
     assert kill_bound(3.0) == 15.0
@@ -97,6 +99,8 @@ def test_a_killed_rank_s_peers_get_as_long_as_the_program_s_speed_warrants(refer
     killed = run_cache.get(impl, spec)  # the clean run first, inside: it sets the bound
     clean = run_cache.get(impl, BASE)
     bound = kill_bound(clean.outcome.wall_s, f)
-    assert killed.outcome.after_kill_s == bound < PROMPT_S * f, killed.outcome.after_kill_s
+    assert killed.outcome.after_kill_s == bound, (killed.outcome.after_kill_s, bound)
+    if PROMPT_RUNS * clean.outcome.wall_s < PROMPT_S * f:  # a fast program: under the cap
+        assert bound < PROMPT_S * f, bound
     found = check_killed(killed, "kill", step, rank)
     assert found and found[0].expected.startswith(f"the run to end within {bound:.0f}s"), found
