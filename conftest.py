@@ -9,6 +9,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,8 @@ from tests.harness.check.checks import Run
 from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
 from tests.harness.diagnose.diagnosis import diagnose
 from tests.harness.observe.violations import Violation, summarize
+from tests.harness.platforms import session
+from tests.harness.platforms.session import Grading
 from tests.harness.report.grading import LIKELY, NOT_CHECKED, NOT_GRADED
 from tests.harness.report.pictures import KINDS, as_text, facts
 from tests.harness.report.plugin import SuiteReport, suite_seed
@@ -110,6 +113,17 @@ def run_cache(pytestconfig: pytest.Config, shared_tmp: Path, impl: tuple[str, ..
     return RunCache(shared_tmp / "capstone-runs", pytestconfig.getoption("run_timeout"), cwd,
                     mem * 2**20 if mem else None, fsize * 2**20 if fsize else None, watch,
                     seed=suite_seed())
+
+
+@pytest.fixture(scope="session")
+def graded_once(shared_tmp: Path) -> Callable[..., dict[str, Any]]:
+    """`graded_once(submission, **Grading options)`: its results model, one grading session
+    per submission and options for every test and xdist worker of this session that asks
+    (the tests of what each platform writes from a results model)."""
+    def get(submission: Path, **options: Any) -> dict[str, Any]:
+        g = Grading(entry=f"{sys.executable} main.py", **options).resolved()
+        return session.graded_once(shared_tmp / "graded", submission, g)
+    return get
 
 
 @pytest.fixture(scope="session")

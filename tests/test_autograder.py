@@ -132,13 +132,23 @@ def run_prairielearn(grader: Path, submission: Path, root: Path) -> tuple[dict, 
             json.loads((root / "results" / "gradescope.json").read_text()))
 
 
+@pytest.fixture(scope="module")
+def no_broadcast_model(graded_once):
+    """no_broadcast graded once under CI's seed: the results model every platform's writer
+    test reads (each platform's grading end to end is the `platforms` tier's,
+    tests/test_platforms.py)."""
+    return graded_once(SUBMISSIONS / "no_broadcast", suite_seed=0)
+
+
 @pytest.mark.long
 @pytest.mark.slow
-def test_prairielearn_grades_with_the_same_verdicts_and_points(tmp_path):
+def test_prairielearn_grades_with_the_same_verdicts_and_points(tmp_path, no_broadcast_model):
     """`--platform prairielearn`: a folder with `run` (the question's entrypoint), the suite,
-    a Dockerfile and the question's info.json settings; run as PrairieLearn runs it, it
-    writes PrairieLearn's results.json: no_broadcast loses its two invariants there as on
-    Gradescope, with the cause in each failed test's message, and a 0..1 score."""
+    a Dockerfile and the question's info.json settings; its results.json, written from the
+    session's results model: no_broadcast loses its two invariants there as on Gradescope,
+    with the cause in each failed test's message, and a 0..1 score."""
+    from tests.harness.platforms.prairielearn import write
+
     grader = tmp_path / "pl"
     subprocess.run([sys.executable, "-m", "tests.autograder", "--platform", "prairielearn",
                     "--entry", "python3 main.py", "--suite-seed", "0", "--out", str(grader)],
@@ -146,7 +156,11 @@ def test_prairielearn_grades_with_the_same_verdicts_and_points(tmp_path):
     info = json.loads((grader / "info.json").read_text())["externalGradingOptions"]
     assert info["entrypoint"] == "/capstone-grader/run" and info["enabled"] is True
     assert "COPY . /capstone-grader" in (grader / "Dockerfile").read_text()
-    pl, model = run_prairielearn(grader, SUBMISSIONS / "no_broadcast", tmp_path / "grade")
+    assert os.access(grader / "run", os.X_OK)
+    assert json.loads((grader / "autograder.json").read_text())["suite_seed"] == 0
+    model = no_broadcast_model
+    write(tmp_path / "results" / "results.json", model)
+    pl = json.loads((tmp_path / "results" / "results.json").read_text())
     assert pl["gradable"] is True
     assert pl["score"] == pytest.approx((100 - WEIGHTS["equal_rank_norms"]
                                          - WEIGHTS["single_process_parity"]) / 100)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.classroom import COMMAND_GRADER, COMMAND_GRADER_INPUTS, REPORTER, workflow
+from tests.classroom import COMMAND_GRADER, COMMAND_GRADER_INPUTS, REPORTER, RESULTS, workflow
 from tests.harness.report.grading import INVARIANTS, WEIGHTS, graded_name
 
 yaml = pytest.importorskip("yaml", reason="the [class] extra (pip install -e '.[class]')")
@@ -118,17 +118,31 @@ def grade_in_classroom(template: Path, submission: Path, repo: Path) -> tuple[di
 
 @pytest.mark.long
 @pytest.mark.slow
-def test_the_steps_give_each_module_its_points_from_one_session(tmp_path):
-    """no_broadcast in a student's repository: the session runs once, the steps of the two
-    invariants it breaks fail with its cause in their log, the others pass; the reporter's
-    sum is the grade."""
+def test_the_steps_give_each_module_its_points_from_one_session(tmp_path, graded_once):
+    """no_broadcast in a student's repository: one step grades it, into the one results file
+    every graded step reads; the steps of the two invariants it breaks fail with its cause in
+    their log, the others pass; the reporter's sum is the grade. The session is the suite's
+    shared grading of no_broadcast under CI's seed (the workflow's own session step runs end
+    to end in the `platforms` tier, tests/test_platforms.py)."""
     template = _template(tmp_path / "t", "--suite-seed", "0")
-    reported, model = grade_in_classroom(template, SUBMISSIONS / "no_broadcast",
-                                         tmp_path / "repo")
+    repo = tmp_path / "repo"
+    shutil.copytree(template, repo)
+    for f in (SUBMISSIONS / "no_broadcast").iterdir():
+        shutil.copy2(f, repo / f.name)
+    steps = _steps(repo)
+    [session] = [s for s in steps if s.get("id") == "session"]
+    assert "-m tests.classroom grade" in session["run"]
+    assert session["run"].endswith(f'--results "$GITHUB_WORKSPACE/{RESULTS}"')
+    assert all(f"--results ../{RESULTS}" in s["with"]["command"] for s in steps
+               if s.get("uses") == COMMAND_GRADER)
+    model = graded_once(SUBMISSIONS / "no_broadcast", suite_seed=0)
+    (repo / RESULTS).parent.mkdir()
+    (repo / RESULTS).write_text(json.dumps(model))  # what the session step writes there
+    reported = run_as_the_actions_do(repo, [s for s in steps if s is not session])
     assert reported["max"] == 100
     failed = {k for k, r in reported["steps"].items() if r["status"] == "fail"}
     assert failed == {"equal_rank_norms", "single_process_parity"}
     assert reported["points"] == classroom_points(model) == model["score"] == 80
     assert "initial broadcast is missing" in \
         reported["steps"]["single_process_parity"]["tests"][0]["message"]
-    assert len(list((tmp_path / "repo" / ".grading").glob("results.json"))) == 1
+    assert len(list((repo / ".grading").glob("*.json"))) == 1

@@ -207,3 +207,35 @@ def test_the_class_report_shows_an_exercise_column_only_when_graded(tmp_path):
     assert columns(plain) == INVARIANTS
     graded = {"ann": results(["invariant_no_deadlock", "exercise_accumulation"])}
     assert columns(graded) == (*INVARIANTS, "accumulation")
+
+
+def test_a_submission_is_graded_once_per_options_and_whole(tmp_path, monkeypatch):
+    """graded_once: the tests that read one submission's results model share one session;
+    other options are another session; a session that left no results is graded again."""
+    from pathlib import Path
+
+    from tests.harness.platforms import session
+
+    calls: list[tuple[str, int | None]] = []
+
+    def fake_grade(submission: Path, results: Path, g: session.Grading) -> dict[str, Any]:
+        calls.append((submission.name, g.suite_seed))
+        if g.suite_seed == 7:
+            raise KeyboardInterrupt  # killed midway: nothing is kept
+        results.write_text(json.dumps({"score": 80.0, "seed": g.suite_seed}))
+        return {}
+
+    monkeypatch.setattr(session, "grade", fake_grade)
+    sub = tmp_path / "no_broadcast"
+    sub.mkdir()
+    cache = tmp_path / "graded"
+    first = session.graded_once(cache, sub, session.Grading(suite_seed=0))
+    assert first == session.graded_once(cache, sub, session.Grading(suite_seed=0))
+    assert first == {"score": 80.0, "seed": 0} and calls == [("no_broadcast", 0)]
+    assert session.graded_once(cache, sub, session.Grading(suite_seed=1))["seed"] == 1
+    with pytest.raises(KeyboardInterrupt):
+        session.graded_once(cache, sub, session.Grading(suite_seed=7))
+    with pytest.raises(KeyboardInterrupt):
+        session.graded_once(cache, sub, session.Grading(suite_seed=7))
+    assert calls == [("no_broadcast", 0), ("no_broadcast", 1), ("no_broadcast", 7),
+                     ("no_broadcast", 7)]
