@@ -41,9 +41,10 @@ class RunSpec:
     resume_from: tuple[RunSpec, int] | None = None
     extra: tuple[str, ...] = ()  # flags beyond the contract (the reference's exercises)
     nemesis: str | None = None  # a fault the suite makes in the run itself (no flag)
-    # The observer's memory walks and state search (zero1_memory reads them in BASE, N2, N3
-    # and MEM1 only; off where no check reads them: each costs a rank 0.1-0.3 s).
-    measure_memory: bool = True
+    # The observer's memory walks and state search: on only in the runs zero1_memory reads
+    # (BASE, N2, N3 and MEM1); each costs a rank 0.1-0.3 s, so a run no memory check reads,
+    # the ones the suite's tests add included, goes without.
+    measure_memory: bool = False
 
     def flags(self, resume_dir: Path | None) -> list[str]:
         f = ["--world-size", str(self.world_size), "--steps", str(self.steps),
@@ -63,42 +64,43 @@ class RunSpec:
 
 
 # The runs the invariants read. Global batch N*B = 16 rows wherever parity is compared.
-BASE = RunSpec("base")
-SINGLE = RunSpec("single", world_size=1, batch_size=16, measure_memory=False)
+BASE = RunSpec("base", measure_memory=True)
+SINGLE = RunSpec("single", world_size=1, batch_size=16)
 # N2 and MEM1 have BASE's 4 rows per rank and 6 steps: with BASE they are the N = 1, 2, 4 of
 # the measured memory (the observer's two points are backward calls 3 and 6).
-N2 = RunSpec("n2", world_size=2, batch_size=4, steps=6, checkpoint_every=3)
-N3 = RunSpec("n3", world_size=3, batch_size=4, steps=3, checkpoint_every=3)
-MEM1 = RunSpec("mem1", world_size=1, batch_size=4, steps=6, checkpoint_every=3)
-RESUMED = RunSpec("resumed", resume_from=(BASE, 10), measure_memory=False)
+N2 = RunSpec("n2", world_size=2, batch_size=4, steps=6, checkpoint_every=3,
+            measure_memory=True)
+N3 = RunSpec("n3", world_size=3, batch_size=4, steps=3, checkpoint_every=3,
+            measure_memory=True)
+MEM1 = RunSpec("mem1", world_size=1, batch_size=4, steps=6, checkpoint_every=3,
+              measure_memory=True)
+RESUMED = RunSpec("resumed", resume_from=(BASE, 10))
 # Exercise 2: N2 (2 ranks, 4 rows each, 6 steps) with each rank's 4 rows as 4 micro-batches
 # of 1, compared with N2 itself (the invariants' run): step 1's gradient, the first 3 steps'
 # reductions and the 6 steps' trajectory.
 MICRO_BATCHES = 4
 MICRO = RunSpec(f"micro{MICRO_BATCHES}", world_size=2, batch_size=4, steps=6,
-                checkpoint_every=3, extra=("--micro-batches", str(MICRO_BATCHES)),
-                measure_memory=False)
+                checkpoint_every=3, extra=("--micro-batches", str(MICRO_BATCHES)))
 ONE_BATCH = N2  # the run MICRO is compared with
 # Exercise 1: the heads over T = 2 ranks, alone (16 rows, 6 steps) and beside data
 # parallelism of 2 (8 rows per group, the 20 steps its resume and rollback need): each the
 # one-rank run's 16 rows (SINGLE).
 TP = 2
 TP2 = RunSpec("tp2", world_size=2, batch_size=16, steps=6, checkpoint_every=3,
-              extra=("--tensor-parallel", str(TP)), measure_memory=False)
-TP2DP2 = RunSpec("tp2dp2", world_size=4, batch_size=8, extra=("--tensor-parallel", str(TP)),
-                 measure_memory=False)
+              extra=("--tensor-parallel", str(TP)))
+TP2DP2 = RunSpec("tp2dp2", world_size=4, batch_size=8, extra=("--tensor-parallel", str(TP)))
 TP2DP2_RESUMED = RunSpec("tp2dp2-resumed", world_size=4, batch_size=8,
-                         extra=TP2DP2.extra, resume_from=(TP2DP2, 10), measure_memory=False)
+                         extra=TP2DP2.extra, resume_from=(TP2DP2, 10))
 
 
 def tp_faulted(kind: str, step: int) -> RunSpec:
     """TP2DP2 with a fault the contract announces (its rollback, as a plain run's)."""
     return RunSpec(f"tp2dp2-{kind}{step}", world_size=4, batch_size=8, extra=TP2DP2.extra,
-                   inject=f"{kind}@{step}", measure_memory=False)
+                   inject=f"{kind}@{step}")
 
 
 def faulted(kind: str, step: int) -> RunSpec:
-    return RunSpec(f"{kind}{step}", inject=f"{kind}@{step}", measure_memory=False)
+    return RunSpec(f"{kind}{step}", inject=f"{kind}@{step}")
 
 
 FAULT_KINDS = ("nan", "spike")
@@ -114,8 +116,7 @@ def nemesis_nan(seed: int, world_size: int = BASE.world_size) -> RunSpec:
     step, rank = (13, 2) if not seed else (
         random.Random(f"{seed}:nemesis").choice(FAULT_STEPS),
         random.Random(f"{seed}:nemesis-rank").randrange(world_size))
-    return RunSpec(f"nemesis-nan{step}-rank{rank}", nemesis=f"nan@{step}:{rank}",
-                   measure_memory=False)
+    return RunSpec(f"nemesis-nan{step}-rank{rank}", nemesis=f"nan@{step}:{rank}")
 
 
 def nemesis_kill(seed: int, kind: str, world_size: int = BASE.world_size) -> RunSpec:
@@ -127,10 +128,9 @@ def nemesis_kill(seed: int, kind: str, world_size: int = BASE.world_size) -> Run
     rank = draw.randrange(1, world_size) if seed else {"kill": 1, "killsave": 3}[kind]
     if kind == "kill":
         step = draw.choice(FAULT_STEPS) if seed else 14
-        return RunSpec(f"nemesis-kill{step}-rank{rank}", nemesis=f"kill@{step}:{rank}",
-                       measure_memory=False)
+        return RunSpec(f"nemesis-kill{step}-rank{rank}", nemesis=f"kill@{step}:{rank}")
     return RunSpec(f"nemesis-killsave15-rank{rank}", checkpoint_every=5,
-                   nemesis=f"killsave@15:{rank}", measure_memory=False)
+                   nemesis=f"killsave@15:{rank}")
 
 
 # A run whose rank the suite killed must end within this long of the death (the runner stops
@@ -152,7 +152,7 @@ def kill_bound(clean_wall_s: float, factor: float = 1.0) -> float:
 def resumed_after(killed: RunSpec) -> RunSpec:
     """The run that resumes a killed run from its step-10 checkpoint (the latest complete
     one: the kill comes at step 12 or later, a torn write at checkpoint 15)."""
-    return RunSpec(f"{killed.name}-resumed", resume_from=(killed, 10), measure_memory=False)
+    return RunSpec(f"{killed.name}-resumed", resume_from=(killed, 10))
 
 
 def nemesis_of(spec: RunSpec) -> tuple[str, int, int] | None:
