@@ -67,7 +67,10 @@ class RunSpec:
 BASE = RunSpec("base", measure_memory=True)
 SINGLE = RunSpec("single", world_size=1, batch_size=16)
 # N2 and MEM1 have BASE's 4 rows per rank and 6 steps: with BASE they are the N = 1, 2, 4 of
-# the measured memory (the observer's two points are backward calls 3 and 6).
+# the measured memory (the observer's two points are backward calls 3 and 6). SINGLE cannot
+# be the N = 1 point: its 16 rows hold 4x the activations, which the second measure (storages
+# replaced by one of the same size) takes in, so N = 1 would look larger and the sharded part
+# larger than it is: the estimate must only ever err low.
 N2 = RunSpec("n2", world_size=2, batch_size=4, steps=6, checkpoint_every=3,
             measure_memory=True)
 N3 = RunSpec("n3", world_size=3, batch_size=4, steps=3, checkpoint_every=3,
