@@ -210,8 +210,9 @@ def test_the_class_report_shows_an_exercise_column_only_when_graded(tmp_path):
 
 
 def test_a_submission_is_graded_once_per_options_and_whole(tmp_path, monkeypatch):
-    """graded_once: the tests that read one submission's results model share one session;
-    other options are another session; a session that left no results is graded again."""
+    """graded_once: the tests that read one submission's results model share one session, of
+    a copy of it; other options are another session; a session that left no results is
+    graded again."""
     from pathlib import Path
 
     from tests.harness.platforms import session
@@ -219,7 +220,8 @@ def test_a_submission_is_graded_once_per_options_and_whole(tmp_path, monkeypatch
     calls: list[tuple[str, int | None]] = []
 
     def fake_grade(submission: Path, results: Path, g: session.Grading) -> dict[str, Any]:
-        calls.append((submission.name, g.suite_seed))
+        assert submission != sub and (submission / "main.py").read_text() == "print(1)\n"
+        calls.append((submission.name.split("-")[0], g.suite_seed))  # a copy is graded
         if g.suite_seed == 7:
             raise KeyboardInterrupt  # killed midway: nothing is kept
         results.write_text(json.dumps({"score": 80.0, "seed": g.suite_seed}))
@@ -228,6 +230,7 @@ def test_a_submission_is_graded_once_per_options_and_whole(tmp_path, monkeypatch
     monkeypatch.setattr(session, "grade", fake_grade)
     sub = tmp_path / "no_broadcast"
     sub.mkdir()
+    (sub / "main.py").write_text("print(1)\n")
     cache = tmp_path / "graded"
     first = session.graded_once(cache, sub, session.Grading(suite_seed=0))
     assert first == session.graded_once(cache, sub, session.Grading(suite_seed=0))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -138,8 +139,12 @@ def graded_once(cache: Path, submission: Path, g: Grading) -> dict[str, Any]:
     done = cache / f"{submission.name}-{key}.json"
     with FileLock(str(done) + ".lock"):
         if not done.is_file():
+            # A copy, as a platform grades one: nothing a run writes lands in `submission`
+            copy = cache / f"{submission.name}-{key}"
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(submission, copy)
             session = cache / f"{submission.name}-{key}.session.json"
-            grade(submission, session, g)
+            grade(copy, session, g)
             os.replace(session, done)  # whole or absent: a session killed midway is redone
     return dict(json.loads(done.read_text()))
 
