@@ -7,7 +7,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from tests.harness.platforms.session import Grading
 from tests.harness.report.grading import LIKELY, NOT_CHECKED, NOT_GRADED
 from tests.harness.report.pictures import KINDS, as_text, facts
 from tests.harness.report.plugin import SuiteReport, suite_seed
-from tests.harness.run import box
+from tests.harness.run import box, contain, warm
 from tests.harness.run.runner import Watch
 from tests.harness.run.runs import BASE, MICRO, RESUMED, SINGLE, RunCache, RunSpec, timeline_of
 
@@ -102,14 +102,30 @@ def shared_tmp(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFac
 
 
 @pytest.fixture(scope="session")
-def run_cache(pytestconfig: pytest.Config, shared_tmp: Path, impl: tuple[str, ...]
-              ) -> RunCache:
+def warm_server(pytestconfig: pytest.Config, impl: tuple[str, ...],
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """This worker's fork server (tests/harness/run/warm.py) for the runs of the reference and
+    its mutants; "" where every run starts cold: another --impl (a submission starts cold,
+    always), --no-observe, or no namespaces to start a run in."""
+    if impl != REFERENCE_IMPL or pytestconfig.getoption("no_observe") \
+            or contain.mode() != contain.NAMESPACES:
+        yield ""
+        return
+    server = warm.Server(tmp_path_factory.mktemp("warm"))
+    yield server.path
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def run_cache(pytestconfig: pytest.Config, shared_tmp: Path, impl: tuple[str, ...],
+              warm_server: str) -> RunCache:
     """Runs shared by every xdist worker of this session (never across sessions)."""
     cwd = ROOT if impl == REFERENCE_IMPL else pytestconfig.invocation_params.dir
     mem = pytestconfig.getoption("run_mem_mb")
     fsize = pytestconfig.getoption("run_file_mb")
     watch = Watch(observe=not pytestconfig.getoption("no_observe"),
-                  hang_after_s=pytestconfig.getoption("hang_after"), contain=True)
+                  hang_after_s=pytestconfig.getoption("hang_after"), contain=True,
+                  warm=warm_server)
     return RunCache(shared_tmp / "capstone-runs", pytestconfig.getoption("run_timeout"), cwd,
                     mem * 2**20 if mem else None, fsize * 2**20 if fsize else None, watch,
                     seed=suite_seed())

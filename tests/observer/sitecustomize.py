@@ -64,15 +64,7 @@ class _Observer:
         self.backwards = 0
         self.steps = 0  # training steps: backwards that follow a collective (or the first)
         self.calls_since_backward = 0
-        self.nemesis = _nemesis()
-        # A run told to inject a NaN (`--inject nan@S`): are its gradients really non-finite?
-        argv = " ".join(getattr(sys, "orig_argv", sys.argv))
-        self.check_grads = "--inject nan@" in argv or "--inject=nan@" in argv
         self.rank: int | None = None
-        # The backward passes at which memory is walked; empty: no walk and no state search
-        # (a run that no memory check reads: ~0.1-0.3 s of each rank's time saved).
-        points = os.environ.get("CAPSTONE_OBSERVE_MEM", "3,6")
-        self.mem_at = tuple(int(x) for x in points.split(",")) if points else ()
         self.first_snapshot: dict[int, tuple[Any, int]] | None = None
         self.step_data: set[int] = set()  # fingerprints sent or received since the backward
         self.pending: list[Any] = []  # weak references to receive buffers not read yet
@@ -80,8 +72,29 @@ class _Observer:
         import threading
 
         self.local = threading.local()
+        self._settings()
         self._open()
         os.register_at_fork(after_in_child=self._open)  # a forked rank gets its own file
+
+    def _settings(self) -> None:
+        """What the run asks of the observer: its fault, whether to check that an announced
+        NaN reached the gradients, where to walk memory."""
+        self.nemesis = _nemesis()
+        # A run told to inject a NaN (`--inject nan@S`): are its gradients really non-finite?
+        argv = " ".join(getattr(sys, "orig_argv", sys.argv))
+        self.check_grads = "--inject nan@" in argv or "--inject=nan@" in argv
+        # The backward passes at which memory is walked; empty: no walk and no state search
+        # (a run that no memory check reads: ~0.1-0.3 s of each rank's time saved).
+        points = os.environ.get("CAPSTONE_OBSERVE_MEM", "3,6")
+        self.mem_at = tuple(int(x) for x in points.split(",")) if points else ()
+
+    def retarget(self) -> None:
+        """A warm start (tests/harness/run/warm.py): this process, forked from the fork server
+        that loaded the observer, is now the run's; it records into the run's directory under
+        the run's settings (its environment and sys.orig_argv are the run's by now)."""
+        self.dir = os.environ["CAPSTONE_OBSERVE_DIR"]
+        self._settings()
+        self._open()
 
     # -- output -------------------------------------------------------------------------------
     def _open(self) -> None:

@@ -329,15 +329,17 @@ def end_user(uid: int, grace_s: float = 2.0) -> list[int]:
     return seen
 
 
-def wrap(argv: list[str], run_dir: Path, report: Path, grace_s: float) -> list[str]:
+def wrap(argv: list[str], run_dir: Path, report: Path, grace_s: float,
+         pass_fds: tuple[int, ...] = ()) -> list[str]:
     """`argv` as started inside its own namespaces (unchanged under the marker scan); nsinit
     gives a process still exiting `grace_s` (the runner's `Watch.grace_s`) before it counts
-    as a survivor."""
+    as a survivor, and hands `pass_fds` on to the command."""
     prefix = _unshare_prefix()
     if prefix is None:
         return argv
+    passed = [f"--pass-fd={fd}" for fd in pass_fds]
     return [*prefix, sys.executable, "-I", str(NSINIT), "--run", str(run_dir),
-            "--report", str(report), "--grace", str(grace_s), "--", *argv]
+            "--report", str(report), "--grace", str(grace_s), *passed, "--", *argv]
 
 
 def _children(pid: int) -> list[int]:

@@ -79,6 +79,8 @@ def main() -> int:
     ap.add_argument("--report", required=True)
     ap.add_argument("--grace", type=float, required=True,
                     help="seconds a process still exiting after the command is not a survivor")
+    ap.add_argument("--pass-fd", type=int, action="append", default=[],
+                    help="a descriptor the command inherits (a warm start's connection)")
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -92,7 +94,7 @@ def main() -> int:
     except OSError as e:
         report["filesystem"] = f"not confined: {e}"
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=args.pass_fd)
     except OSError as e:
         print(f"cannot start {argv[0]!r}: {e}", file=sys.stderr)
         return 127

@@ -28,6 +28,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -47,7 +48,7 @@ from tests.harness.observe.traces import (
     stacks,
     where_blocked,
 )
-from tests.harness.run import box, contain, stress
+from tests.harness.run import box, contain, stress, warm
 from tests.harness.run.contain import GRACE_S  # by name: Watch's field `contain` hides the module
 from tests.harness.run.procfs import live_processes
 
@@ -202,6 +203,10 @@ def held_mb(leader: int, exclude: set[int], uid: int | None = None) -> float:
         procs = psutil.Process(leader).children(recursive=True)
     except psutil.Error:
         procs = []
+    known = {p.pid for p in procs}
+    # a warm start's program is no descendant of the leader, but lives in its PID namespace
+    procs += [psutil.Process(h) for h in contain.host_pids(leader).values()
+              if h not in known and psutil.pid_exists(h)]
     if uid is not None:
         known = {p.pid for p in procs}
         procs += [psutil.Process(p) for p in contain.user_processes(uid) if p not in known
@@ -227,6 +232,9 @@ class Watch:
     contain: bool = False
     memory: bool = True  # the observer walks memory and searches for the state (False: a run
     #                      that no memory check reads)
+    # A fork server's socket (tests/harness/run/warm.py): a program this repository ships
+    # starts from it, inside the run's namespaces ("": every run starts cold)
+    warm: str = ""
     poll_s: float = 0.2
     # How long a process may take to exit after the run ended before it is a survivor; the
     # suite's own tests of programs that certainly leave one shorten it
@@ -290,6 +298,20 @@ def _signal_stacks(pids: list[int], leader: int, observe_dir: Path,
         time.sleep(0.02)
 
 
+def _warm_connection(watch: Watch, mode: str, argv: list[str]) -> socket.socket | None:
+    """A connection to the fork server where this run may start warm: a program this
+    repository ships, observed (the server has the observer loaded), under namespace
+    containment (the run's program joins them)."""
+    if not (watch.warm and watch.observe) or mode != contain.NAMESPACES \
+            or not warm.eligible(argv):
+        return None
+    with contextlib.suppress(OSError):
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        conn.connect(watch.warm)
+        return conn
+    return None  # the server is gone: a cold start
+
+
 def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None = None,
                 mem_bytes: int | None = None, file_bytes: int | None = None,
                 watch: Watch | None = None) -> Outcome:
@@ -313,8 +335,11 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     logs.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
     report = out.parent / "sandbox.json"
-    full = contain.wrap(list(argv), out.parent, report, watch.grace_s) \
-        if mode == contain.NAMESPACES else list(argv)
+    conn = _warm_connection(watch, mode, list(argv))
+    passed = (conn.fileno(),) if conn is not None else ()
+    inner = warm.client_argv(list(argv), passed[0]) if passed else list(argv)
+    full = contain.wrap(inner, out.parent, report, watch.grace_s, passed) \
+        if mode == contain.NAMESPACES else inner
     if user is not None:
         contain.open_to(out.parent, user, Path(cwd or os.getcwd()))
         if observe_dir is not None:
@@ -326,10 +351,14 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         try:
             proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
                                     cwd=cwd, env=env, start_new_session=True,
-                                    preexec_fn=_limits(mem_bytes, file_bytes, user))
+                                    preexec_fn=_limits(mem_bytes, file_bytes, user),
+                                    pass_fds=passed)
         except OSError as e:
             return Outcome(list(argv), str(out), 127, False, 0.0, "", f"cannot start: {e}",
                            token=token, containment=mode)
+        finally:
+            if conn is not None:
+                conn.close()  # the client holds it now
         timed_out, alive, deadlock_s, blocked, dumps = False, [], None, "", ""
         deadline = t0 + timeout_s
         wrappers = contain.wrapper_pids(proc.pid) if mode == contain.NAMESPACES else set()

@@ -1,0 +1,125 @@
+"""The warm start (tests/harness/run/warm.py): a run of the reference forked from the fork
+server writes the same bytes and the same trace records as a cold start of the same command,
+inside the run's own namespaces, and what is not the repository's own starts cold."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.observe.traces import load_observation
+from tests.harness.run import contain, warm
+from tests.harness.run.runner import Outcome, Watch, run_command
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(contain.mode() != contain.NAMESPACES,
+                                reason="the warm start joins a run's namespaces: root and "
+                                       "unshare needed")
+FLAGS = ["--world-size", "4", "--steps", "20", "--seed", "0", "--batch-size", "4",
+         "--checkpoint-every", "10"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = warm.Server(tmp_path_factory.mktemp("warm"))
+    yield s
+    s.close()
+
+
+def _run(tmp: Path, name: str, argv: list[str], warm_path: str = "") -> Outcome:
+    d = tmp / name
+    d.mkdir()
+    return run_command([*argv, "--out", str(d / "out"), *FLAGS], d / "out", 120, cwd=ROOT,
+                       watch=Watch(observe=True, contain=True, warm=warm_path))
+
+
+def _files(out: Path) -> dict[str, str]:
+    """Every file the run wrote, by content: the metrics without their timings."""
+    found = {}
+    for p in sorted(out.rglob("*")):
+        if not p.is_file():
+            continue
+        data = p.read_bytes()
+        if p.suffix == ".jsonl":
+            rows = [json.loads(line) for line in data.splitlines()]
+            data = json.dumps([{k: v for k, v in r.items() if not k.endswith("time_s")}
+                               for r in rows]).encode()
+        if p.name == "summary.json":
+            data = json.dumps({k: v for k, v in json.loads(data).items()
+                               if "time" not in k and "wall" not in k}).encode()
+        found[str(p.relative_to(out))] = hashlib.sha256(data).hexdigest()
+    return found
+
+
+def _canonical(state: dict[str, object] | None) -> str:
+    """Where the state lives, whatever order the storages were met in (and however long the
+    search took)."""
+    def sort(v: object) -> object:
+        if isinstance(v, dict):
+            return {k: sort(x) for k, x in v.items() if k not in ("ms", "t")}
+        if isinstance(v, list):
+            return sorted((sort(x) for x in v), key=lambda x: json.dumps(x, sort_keys=True))
+        return v
+    return json.dumps(sort(state), sort_keys=True)
+
+
+def _records(o: Outcome) -> dict[int, dict[str, object]]:
+    """Per rank, what the observer recorded, without pids, clocks and the run's folder."""
+    obs = load_observation(Path(o.observe_dir))
+    return {rank: {"argv": [a.replace(o.out, "OUT") for a in p.argv], "size": p.size,
+                   "backwards": len(p.backwards), "work": p.work, "losses": p.losses,
+                   "leaves": p.leaves, "state": _canonical(p.state),
+                   "memory": len(p.memory),
+                   "calls": [(c.op, c.numel_in, c.numel_out, c.dtype, c.group, c.site,
+                              c.peer, c.source, c.values, c.digest) for c in p.calls],
+                   "flight_recorder": len(p.flight_recorder or [])}
+            for rank, p in obs.ranks().items()}
+
+
+def test_a_warm_run_writes_what_a_cold_run_writes_inside_its_namespaces(server, tmp_path):
+    argv = [sys.executable, "-m", "capstone"]
+    assert warm.eligible(argv)
+    forks = len(list(Path(server.path).parent.glob("observe/p*.jsonl")))
+    cold = _run(tmp_path, "cold", argv)
+    assert len(list(Path(server.path).parent.glob("observe/p*.jsonl"))) == forks
+    hot = _run(tmp_path, "warm", argv, server.path)
+    # forked from the server: its helper said hello there (the program, forked once inside
+    # the run's mount namespace, only in the run's private /tmp, then in the run's traces)
+    assert len(list(Path(server.path).parent.glob("observe/p*.jsonl"))) == forks + 1
+    for o in (cold, hot):
+        assert o.finished(), o.reason()
+        assert o.sandbox.get("network") == "private" and o.sandbox.get("survivors") == []
+        assert o.sandbox.get("filesystem") == "confined"
+    assert _files(Path(hot.out)) == _files(Path(cold.out))
+    cold_records, warm_records = _records(cold), _records(hot)
+    assert sorted(warm_records) == [0, 1, 2, 3]
+    assert warm_records == cold_records
+    # its ranks were processes of the run's PID namespace (small pids there), as cold ones
+    obs = load_observation(Path(hot.observe_dir))
+    assert all(p.pid < 100 for p in obs.ranks().values())
+    assert hot.peak_mb > 50  # measured though no descendant of the runner's child
+
+
+def test_a_mutant_starts_warm_and_keeps_its_patch(server, tmp_path):
+    """The mutant launcher patches the reference in the forked program only: the next run
+    from the same server is the reference again."""
+    launcher = [sys.executable, str(ROOT / "tests" / "mutants" / "launch.py"), "no_broadcast"]
+    assert warm.eligible(launcher)
+    mutant = _run(tmp_path, "mutant", launcher, server.path)
+    after = _run(tmp_path, "after", [sys.executable, "-m", "capstone"], server.path)
+    assert mutant.finished() and after.finished()
+    ops = {r: [c.op for c in p.calls] for r, p in
+           load_observation(Path(mutant.observe_dir)).ranks().items()}
+    ref = {r: [c.op for c in p.calls] for r, p in
+           load_observation(Path(after.observe_dir)).ranks().items()}
+    assert ops[0].count("broadcast") < ref[0].count("broadcast")
+
+
+def test_what_the_repository_does_not_ship_starts_cold(tmp_path):
+    assert not warm.eligible(["python3", "main.py"])
+    assert not warm.eligible([sys.executable, "main.py"])
+    assert not warm.eligible([sys.executable, "-m", "capstone_student"])
