@@ -22,7 +22,7 @@ from tests.harness.platforms.session import Grading
 from tests.harness.report.grading import LIKELY, NOT_CHECKED, NOT_GRADED
 from tests.harness.report.pictures import KINDS, as_text, facts
 from tests.harness.report.plugin import SuiteReport, suite_seed
-from tests.harness.run import box, contain, warm
+from tests.harness.run import box, contain, stress, warm
 from tests.harness.run.runner import Watch
 from tests.harness.run.runs import BASE, MICRO, RESUMED, SINGLE, RunCache, RunSpec, timeline_of
 
@@ -106,9 +106,10 @@ def warm_server(pytestconfig: pytest.Config, impl: tuple[str, ...],
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """This worker's fork server (tests/harness/run/warm.py) for the runs of the reference and
     its mutants; "" where every run starts cold: another --impl (a submission starts cold,
-    always), --no-observe, or no namespaces to start a run in."""
+    always), --no-observe, no namespaces to start a run in, or a box (a memory limit or a
+    CPU quota: the server's torch would be held beside the runs the box is planned for)."""
     if impl != REFERENCE_IMPL or pytestconfig.getoption("no_observe") \
-            or contain.mode() != contain.NAMESPACES:
+            or contain.mode() != contain.NAMESPACES or stress.in_a_box():
         yield ""
         return
     server = warm.Server(tmp_path_factory.mktemp("warm"))
