@@ -4,7 +4,6 @@ inside the run's own namespaces, and what is not the repository's own starts col
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from tests.harness.observe.traces import load_observation
 from tests.harness.run import contain, warm
 from tests.harness.run.runner import Outcome, Watch, run_command
+from tests.test_harness_observer import _files  # every file by content, timings aside
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(contain.mode() != contain.NAMESPACES,
@@ -35,24 +35,6 @@ def _run(tmp: Path, name: str, argv: list[str], warm_path: str = "") -> Outcome:
     d.mkdir()
     return run_command([*argv, "--out", str(d / "out"), *FLAGS], d / "out", 120, cwd=ROOT,
                        watch=Watch(observe=True, contain=True, warm=warm_path))
-
-
-def _files(out: Path) -> dict[str, str]:
-    """Every file the run wrote, by content: the metrics without their timings."""
-    found = {}
-    for p in sorted(out.rglob("*")):
-        if not p.is_file():
-            continue
-        data = p.read_bytes()
-        if p.suffix == ".jsonl":
-            rows = [json.loads(line) for line in data.splitlines()]
-            data = json.dumps([{k: v for k, v in r.items() if not k.endswith("time_s")}
-                               for r in rows]).encode()
-        if p.name == "summary.json":
-            data = json.dumps({k: v for k, v in json.loads(data).items()
-                               if "time" not in k and "wall" not in k}).encode()
-        found[str(p.relative_to(out))] = hashlib.sha256(data).hexdigest()
-    return found
 
 
 def _canonical(state: dict[str, object] | None) -> str:

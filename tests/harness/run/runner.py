@@ -196,21 +196,24 @@ def _limits(mem_bytes: int | None, file_bytes: int | None,
     return apply
 
 
-def held_mb(leader: int, exclude: set[int], uid: int | None = None) -> float:
+def held_mb(leader: int, exclude: set[int], uid: int | None = None,
+            namespace: bool = False) -> float:
     """What the run's processes hold now, MiB: the proportional set size summed over every
-    process below `leader` (and, under the run-user containment, of that user)."""
+    process below `leader` (with `namespace`, every process of its PID namespace: a warm
+    start's program is no descendant of the leader; under the run-user containment, every
+    process of that user)."""
     try:
         procs = psutil.Process(leader).children(recursive=True)
     except psutil.Error:
         procs = []
     known = {p.pid for p in procs}
-    # a warm start's program is no descendant of the leader, but lives in its PID namespace
-    procs += [psutil.Process(h) for h in contain.host_pids(leader).values()
-              if h not in known and psutil.pid_exists(h)]
+    more = list(contain.host_pids(leader).values()) if namespace else []
     if uid is not None:
-        known = {p.pid for p in procs}
-        procs += [psutil.Process(p) for p in contain.user_processes(uid) if p not in known
-                  and psutil.pid_exists(p)]
+        more += contain.user_processes(uid)
+    for pid in more:
+        if pid not in known and psutil.pid_exists(pid):
+            known.add(pid)
+            procs.append(psutil.Process(pid))
     total = 0
     for p in procs:
         if p.pid in exclude:
@@ -248,23 +251,31 @@ def _outlived_kill(obs: Any, after_s: float) -> bool:
     return bool(killed) and time.time_ns() - min(killed) > after_s * 1e9
 
 
-def _environment(token: str, observe_dir: Path | None, home: Path | None = None,
-                 nemesis: str = "", memory: bool = True) -> dict[str, str]:
-    env = dict(os.environ, **{TOKEN_VAR: token, "OMP_NUM_THREADS": "1",
-                              "PYTHONDONTWRITEBYTECODE": "1"})
-    env.pop("CAPSTONE_NEMESIS", None)
-    if nemesis and observe_dir is not None:
-        env["CAPSTONE_NEMESIS"] = nemesis
-    if home is not None:  # the run user's: its home is its run directory
-        env.update(HOME=str(home), USER=contain.RUN_USER, LOGNAME=contain.RUN_USER)
+def observed_environment(observe_dir: Path | None) -> dict[str, str]:
+    """This environment as a run's Python processes get it: one OpenMP thread, no bytecode
+    written, and (with `observe_dir`) the observer loaded, recording there. A warm start's
+    fork server (tests/harness/run/warm.py) is set up the same way."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     if observe_dir is not None:
         observe_dir.mkdir(parents=True, exist_ok=True)
         env["CAPSTONE_OBSERVE_DIR"] = str(observe_dir)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(OBSERVER_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
         env.setdefault("TORCH_FR_BUFFER_SIZE", "20000")
-        if not memory:
-            env["CAPSTONE_OBSERVE_MEM"] = ""
+    return env
+
+
+def _environment(token: str, observe_dir: Path | None, home: Path | None = None,
+                 nemesis: str = "", memory: bool = True) -> dict[str, str]:
+    env = observed_environment(observe_dir)
+    env[TOKEN_VAR] = token
+    env.pop("CAPSTONE_NEMESIS", None)
+    if nemesis and observe_dir is not None:
+        env["CAPSTONE_NEMESIS"] = nemesis
+    if home is not None:  # the run user's: its home is its run directory
+        env.update(HOME=str(home), USER=contain.RUN_USER, LOGNAME=contain.RUN_USER)
+    if observe_dir is not None and not memory:
+        env["CAPSTONE_OBSERVE_MEM"] = ""
     return env
 
 
@@ -366,7 +377,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         while proc.poll() is None:
             now = time.monotonic()
             if now >= next_sample:  # reading PSS walks the processes' page tables: not often
-                peak = max(peak, held_mb(proc.pid, wrappers, user[0] if user else None))
+                peak = max(peak, held_mb(proc.pid, wrappers, user[0] if user else None,
+                                         mode == contain.NAMESPACES))
                 next_sample = now + MEMORY_SAMPLE_S
             obs = load_observation(observe_dir) if observe_dir is not None else None
             stuck = deadlocked(obs, time.time_ns(), watch.hang_after_s) \

@@ -193,15 +193,12 @@ def _program(req: dict[str, Any], stdio: list[int]) -> None:
 
 
 def environment(directory: Path) -> dict[str, str]:
-    """The server's environment: the observer loaded (recording into `directory`/observe
-    until a run retargets it) and torch set up as the runner sets up a run's."""
-    from tests.harness.observe.traces import OBSERVER_DIR
+    """The server's environment: a run's (the runner's `observed_environment`), the observer
+    recording into `directory`/observe until a run retargets it. No run token: the server
+    is the suite's, not a run's."""
+    from tests.harness.run.runner import observed_environment  # the runner imports this
 
-    (directory / "observe").mkdir(parents=True, exist_ok=True)
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(OBSERVER_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        CAPSTONE_OBSERVE_DIR=str(directory / "observe"), OMP_NUM_THREADS="1",
-        TORCH_FR_BUFFER_SIZE="20000", PYTHONDONTWRITEBYTECODE="1")
+    return observed_environment(directory / "observe")
 
 
 class Server:
