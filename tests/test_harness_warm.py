@@ -105,3 +105,23 @@ def test_what_the_repository_does_not_ship_starts_cold(tmp_path):
     assert not warm.eligible(["python3", "main.py"])
     assert not warm.eligible([sys.executable, "main.py"])
     assert not warm.eligible([sys.executable, "-m", "capstone_student"])
+
+
+def test_a_process_that_ends_while_the_run_is_measured_holds_nothing(monkeypatch):
+    """The namespace's processes are listed, then looked at: one may end in between (a rank
+    exiting at the end of its run). It holds nothing then; it does not fail the run."""
+    import subprocess
+
+    from tests.harness.run import runner
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process now
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        monkeypatch.setattr(contain, "host_pids", lambda leader: {1: gone.pid, 2: live.pid})
+        monkeypatch.setattr(runner.psutil, "pid_exists", lambda pid: True)  # alive when listed
+        held = runner.held_mb(gone.pid, set(), namespace=True)
+        assert held > 0  # the live process's memory is counted, the ended one is skipped
+    finally:
+        live.kill()
+        live.wait()

@@ -211,9 +211,11 @@ def held_mb(leader: int, exclude: set[int], uid: int | None = None,
     if uid is not None:
         more += contain.user_processes(uid)
     for pid in more:
-        if pid not in known and psutil.pid_exists(pid):
+        if pid not in known:
             known.add(pid)
-            procs.append(psutil.Process(pid))
+            # A process of the run may end between the listing and this look: not held
+            with contextlib.suppress(psutil.Error):
+                procs.append(psutil.Process(pid))
     total = 0
     for p in procs:
         if p.pid in exclude:
