@@ -117,19 +117,30 @@ def warm_server(pytestconfig: pytest.Config, impl: tuple[str, ...],
     server.close()
 
 
+def _run_cache(config: pytest.Config, root: Path, impl: tuple[str, ...], warm_path: str
+               ) -> RunCache:
+    cwd = ROOT if impl == REFERENCE_IMPL else config.invocation_params.dir
+    mem = config.getoption("run_mem_mb")
+    fsize = config.getoption("run_file_mb")
+    watch = Watch(observe=not config.getoption("no_observe"),
+                  hang_after_s=config.getoption("hang_after"), contain=True, warm=warm_path)
+    return RunCache(root, config.getoption("run_timeout"), cwd, mem * 2**20 if mem else None,
+                    fsize * 2**20 if fsize else None, watch, seed=suite_seed())
+
+
 @pytest.fixture(scope="session")
 def run_cache(pytestconfig: pytest.Config, shared_tmp: Path, impl: tuple[str, ...],
               warm_server: str) -> RunCache:
     """Runs shared by every xdist worker of this session (never across sessions)."""
-    cwd = ROOT if impl == REFERENCE_IMPL else pytestconfig.invocation_params.dir
-    mem = pytestconfig.getoption("run_mem_mb")
-    fsize = pytestconfig.getoption("run_file_mb")
-    watch = Watch(observe=not pytestconfig.getoption("no_observe"),
-                  hang_after_s=pytestconfig.getoption("hang_after"), contain=True,
-                  warm=warm_server)
-    return RunCache(shared_tmp / "capstone-runs", pytestconfig.getoption("run_timeout"), cwd,
-                    mem * 2**20 if mem else None, fsize * 2**20 if fsize else None, watch,
-                    seed=suite_seed())
+    return _run_cache(pytestconfig, shared_tmp / "capstone-runs", impl, warm_server)
+
+
+@pytest.fixture(scope="session")
+def cold_run_cache(pytestconfig: pytest.Config, shared_tmp: Path, impl: tuple[str, ...]
+                   ) -> RunCache:
+    """Runs that start cold whatever they run, as a submission's do: the corpus graded the
+    way a platform grades it (the styles tier)."""
+    return _run_cache(pytestconfig, shared_tmp / "capstone-runs-cold", impl, "")
 
 
 @pytest.fixture(scope="session")

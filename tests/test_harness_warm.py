@@ -62,8 +62,13 @@ def _records(o: Outcome) -> dict[int, dict[str, object]]:
             for rank, p in obs.ranks().items()}
 
 
-def test_a_warm_run_writes_what_a_cold_run_writes_inside_its_namespaces(server, tmp_path):
-    argv = [sys.executable, "-m", "capstone"]
+@pytest.mark.parametrize("program", [
+    ["-m", "capstone"],
+    [str(ROOT / "tests" / "students" / "zero1.py")],  # the corpus: its own model and launcher
+], ids=["reference", "corpus"])
+def test_a_warm_run_writes_what_a_cold_run_writes_inside_its_namespaces(server, tmp_path,
+                                                                         program):
+    argv = [sys.executable, *program]
     assert warm.eligible(argv)
     forks = len(list(Path(server.path).parent.glob("observe/p*.jsonl")))
     cold = _run(tmp_path, "cold", argv)
@@ -105,6 +110,11 @@ def test_what_the_repository_does_not_ship_starts_cold(tmp_path):
     assert not warm.eligible(["python3", "main.py"])
     assert not warm.eligible([sys.executable, "main.py"])
     assert not warm.eligible([sys.executable, "-m", "capstone_student"])
+    # the suite's hostile programs and the class's submissions are graded as submissions are
+    assert not warm.eligible([sys.executable, str(ROOT / "tests" / "hostile" / "hang.py")])
+    assert not warm.eligible([sys.executable,
+                              str(ROOT / "tests" / "submissions" / "ring" / "main.py")])
+    assert not warm.eligible(["python3", str(ROOT / "tests" / "styles" / "lesson.py")])
 
 
 def test_a_process_that_ends_while_the_run_is_measured_holds_nothing(monkeypatch):

@@ -93,9 +93,23 @@ def test_ranks_raising_the_same_are_told_once(reference_only, run_cache):
 
 @pytest.mark.styles
 @pytest.mark.parametrize("name", CORPUS)
-def test_a_correct_program_of_the_corpus_passes_every_check(reference_only, run_cache, name):
-    found = evaluate(lambda spec: run_cache.get(style(name), spec),
-                     INVARIANT_CHECKS + EXERCISES_DONE[name], run_cache.seed)
+def test_a_correct_program_of_the_corpus_passes_every_check(reference_only, cold_run_cache,
+                                                             name):
+    """Started cold, as when it is graded as a submission (the default suite's tests of the
+    corpus start it warm: tests/harness/run/warm.py)."""
+    found = evaluate(lambda spec: cold_run_cache.get(style(name), spec),
+                     INVARIANT_CHECKS + EXERCISES_DONE[name], cold_run_cache.seed)
+    broken = {k: v for k, v in found.items() if v}
+    assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
+
+
+@pytest.mark.styles
+def test_the_students_program_passes_every_check_started_cold(reference_only, cold_run_cache):
+    """tests/students/zero1.py, which the default suite starts warm, graded as a submission
+    is: cold (it does neither exercise)."""
+    command = (sys.executable, str(STYLES.parent / "students" / "zero1.py"))
+    found = evaluate(lambda spec: cold_run_cache.get(command, spec), INVARIANT_CHECKS,
+                     cold_run_cache.seed)
     broken = {k: v for k, v in found.items() if v}
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
 

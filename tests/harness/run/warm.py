@@ -1,5 +1,7 @@
-"""A warm start for the programs this repository ships: the reference (`python -m capstone`)
-and its mutants (`python tests/mutants/launch.py MUTANT`). Submissions always start cold.
+"""A warm start for the programs this repository ships: the reference (`python -m capstone`),
+its mutants (`python tests/mutants/launch.py MUTANT`) and the suite's corpus
+(`tests/students/*.py`, `tests/styles/*.py`) run by the suite's own tests. Submissions always
+start cold.
 
 A run of the reference is mostly `import torch` (1.6-1.9 CPU-s of ~2). The fork server here
 imports torch, the reference and the observer once; each run is then a fork of it:
@@ -38,6 +40,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[3]
 LAUNCHER = ROOT / "tests" / "mutants" / "launch.py"
+# The suite's own corpus of programs written other ways than the reference (students'
+# mistakes and the ecosystem's styles): shipped here and run by the suite's own tests, so they
+# start warm there too. Graded as submissions (--impl, the styles tier, a platform) they start
+# cold; tests/hostile and tests/submissions always start cold.
+CORPUS = (ROOT / "tests" / "students", ROOT / "tests" / "styles")
 CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
 # Joined in this order; every descriptor is opened first (after the mount namespace,
 # /proc is the run's and the client's pid means nothing there).
@@ -47,10 +54,14 @@ START_S = 60.0  # how long the server may take to import torch and listen
 
 
 def eligible(argv: list[str]) -> bool:
-    """`argv` runs a program this repository ships, with this interpreter."""
+    """`argv` runs a program this repository ships, with this interpreter: the reference, a
+    mutant or a program of the suite's corpus."""
     if len(argv) < 2 or argv[0] != sys.executable:
         return False
-    return argv[1:3] == ["-m", "capstone"] or Path(argv[1]).resolve() == LAUNCHER
+    if argv[1:3] == ["-m", "capstone"]:
+        return True
+    script = Path(argv[1]).resolve()
+    return script == LAUNCHER or (script.suffix == ".py" and script.parent in CORPUS)
 
 
 def client_argv(argv: list[str], fd: int) -> list[str]:
