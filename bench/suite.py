@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,6 +45,15 @@ def import_floor(n: int = 5) -> float:
 def _children_cpu_s() -> float:
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
+
+
+def _machine_busy_s() -> float:
+    """CPU-seconds the whole machine has spent busy (every process, this suite's and any
+    other's): an upper bound on the suite's CPU where the reaped tree's is a lower one (a
+    warm start's forks are the fork server's children, and a killed namespace's are no
+    one's)."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
 
 
 def collected(checkout: Path) -> list[str]:
@@ -66,18 +77,22 @@ def per_module(report: str) -> dict[str, float]:
 
 
 def suite(checkout: Path, workers: int, ids: list[str] | None = None
-          ) -> tuple[float, float, str, dict[str, float]]:
+          ) -> tuple[float, float, float, str, dict[str, float]]:
     """Wall time of the suite in `checkout` (only `ids`, if given), the CPU time (user + sys)
-    of its processes, pytest's last line and the worker-seconds per module. The CPU time is
-    that of every process reaped up the tree: a lower bound, since what a SIGKILLed run's
-    namespace held is not handed up."""
-    t0, cpu0 = time.monotonic(), _children_cpu_s()
+    of its processes, the machine's busy CPU time meanwhile, pytest's last line (and its
+    failures) and the worker-seconds per module. The CPU time is that of every process reaped
+    up the tree: a lower bound, since what a SIGKILLed run's namespace held and what a warm
+    start's forks used are not handed up; the machine's is an upper bound."""
+    t0, cpu0, busy0 = time.monotonic(), _children_cpu_s(), _machine_busy_s()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", str(workers), "-q",
                            "-p", "no:cacheprovider", "--durations=0", *(ids or [])],
                           cwd=checkout, capture_output=True, text=True)
     wall, cpu = time.monotonic() - t0, _children_cpu_s() - cpu0
+    busy = _machine_busy_s() - busy0
     lines = [ln for ln in proc.stdout.splitlines() if " in " in ln and "passed" in ln]
-    return (wall, cpu, lines[-1].strip("= ") if lines else f"exit {proc.returncode}",
+    failed = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+    return (wall, cpu, busy, "; ".join([lines[-1].strip("= ") if lines
+                                        else f"exit {proc.returncode}", *failed]),
             per_module(proc.stdout))
 
 
@@ -123,11 +138,13 @@ def main() -> int:
             for _ in range(a.rounds):
                 for name, path in checkouts.items():
                     floor = import_floor()
-                    wall, cpu, last, mods = suite(path, a.workers, only.get(name))
+                    wall, cpu, busy, last, mods = suite(path, a.workers, only.get(name))
                     rows[name].append((wall, floor))
                     modules[name].append(mods)
                     print(json.dumps({"suite": name, "wall_s": round(wall, 1),
                                       "cpu_s": round(cpu, 1), "cores_busy": round(cpu / wall, 2),
+                                      "machine_cpu_s": round(busy, 1),
+                                      "machine_cores_busy": round(busy / wall, 2),
                                       "import_torch_s": round(floor, 2),
                                       "floors": round(wall / floor, 1), "pytest": last}),
                           flush=True)

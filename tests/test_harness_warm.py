@@ -37,6 +37,13 @@ def _run(tmp: Path, name: str, argv: list[str], warm_path: str = "") -> Outcome:
                        watch=Watch(observe=True, contain=True, warm=warm_path))
 
 
+def _written(out: Path) -> dict[str, str]:
+    """What the run wrote, but a file rendezvous: gloo's FileStore deletes it when the last
+    rank lets go of it, and whether one rank's store outlives its process is a race of the
+    program's (seen in a cold start of zero1.py), not a difference of the start."""
+    return {k: v for k, v in _files(out).items() if k != ".rendezvous"}
+
+
 def _canonical(state: dict[str, object] | None) -> str:
     """Where the state lives, whatever order the storages were met in (and however long the
     search took)."""
@@ -76,12 +83,14 @@ def test_a_warm_run_writes_what_a_cold_run_writes_inside_its_namespaces(server, 
     hot = _run(tmp_path, "warm", argv, server.path)
     # forked from the server: its helper said hello there (the program, forked once inside
     # the run's mount namespace, only in the run's private /tmp, then in the run's traces)
-    assert len(list(Path(server.path).parent.glob("observe/p*.jsonl"))) == forks + 1
+    # (the corpus's runs start from a second server, forked at the first of them: there too)
+    assert len(list(Path(server.path).parent.glob("observe/p*.jsonl"))) == \
+        forks + 1 + warm.in_corpus(argv)
     for o in (cold, hot):
         assert o.finished(), o.reason()
         assert o.sandbox.get("network") == "private" and o.sandbox.get("survivors") == []
         assert o.sandbox.get("filesystem") == "confined"
-    assert _files(Path(hot.out)) == _files(Path(cold.out))
+    assert _written(Path(hot.out)) == _written(Path(cold.out))
     cold_records, warm_records = _records(cold), _records(hot)
     assert sorted(warm_records) == [0, 1, 2, 3]
     assert warm_records == cold_records

@@ -2,8 +2,8 @@
 on the mesh's "tp" dimension `ColwiseParallel` for each block's q/k/v projection and
 `RowwiseParallel` for its output projection (`parallelize_module`); the heads' collectives
 are DTensor's, issued by torch's C++ (the Flight Recorder sees them, no Python call does).
-Everything else is flat_parameter.py's (its ranks: mp.spawn, a flat shard nn.Parameter under
-torch.optim.Adam, ZeRO-1 over the data-parallel ranks).
+Everything else is flat_parameter.py's (a flat shard nn.Parameter under torch.optim.Adam,
+ZeRO-1 over the data-parallel ranks), but its ranks come from mp.spawn.
 """
 
 import sys

@@ -1,7 +1,8 @@
 """ZeRO-1 as torch's ZeroRedundancyOptimizer and FSDP hold a shard: the rank's flat slice is an
 `nn.Parameter` stepped by `torch.optim.Adam`, beside the model's own parameters (so the process
-holds P + P/N elements of `nn.Parameter`, and only P of them are the model's). Ranks from
-`torch.multiprocessing.spawn`, a file rendezvous.
+holds P + P/N elements of `nn.Parameter`, and only P of them are the model's). Ranks forked
+by `torch.multiprocessing.start_processes` (dtensor_heads.py, the same program with DTensor's
+heads, keeps `mp.spawn`), a file rendezvous.
 
 `python flat_parameter.py reduce80 --out DIR ...` makes a mistake in the same style: 80% of
 each slice is reduce-scattered, the rest taken from the rank's own gradient; `sum_micro`,
@@ -31,4 +32,4 @@ if __name__ == "__main__":
     elif argv and argv[0] == "sum_micro":
         style, argv = replace(style, sum_micro=True), argv[1:]
     a = lesson.parse(argv)
-    mp.spawn(rank_main, args=(argv, style), nprocs=a.world_size)
+    mp.start_processes(rank_main, args=(argv, style), nprocs=a.world_size, start_method="fork")
