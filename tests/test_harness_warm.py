@@ -1,6 +1,7 @@
-"""The warm start (tests/harness/run/warm.py): a run of the reference forked from the fork
-server writes the same bytes and the same trace records as a cold start of the same command,
-inside the run's own namespaces, and what is not the repository's own starts cold."""
+"""The warm start (tests/harness/run/warm.py): a run of the reference or of the suite's
+corpus forked from the fork server writes the same bytes and the same trace records as a cold
+start of the same command, inside the run's own namespaces, and what is not the repository's
+own starts cold."""
 
 from __future__ import annotations
 

@@ -91,25 +91,19 @@ def test_ranks_raising_the_same_are_told_once(reference_only, run_cache):
     assert "Process" not in outcome.reason()
 
 
-@pytest.mark.styles
-@pytest.mark.parametrize("name", CORPUS)
-def test_a_correct_program_of_the_corpus_passes_every_check(reference_only, cold_run_cache,
-                                                             name):
-    """Started cold, as when it is graded as a submission (the default suite's tests of the
-    corpus start it warm: tests/harness/run/warm.py)."""
-    found = evaluate(lambda spec: cold_run_cache.get(style(name), spec),
-                     INVARIANT_CHECKS + EXERCISES_DONE[name], cold_run_cache.seed)
-    broken = {k: v for k, v in found.items() if v}
-    assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
+# Graded cold in the styles tier, as a platform grades a submission (the default suite's tests
+# start them warm: tests/harness/run/warm.py): the corpus, and the students' zero1.py (which
+# does neither exercise)
+GRADED_COLD = {name: (STYLES / f"{name}.py", EXERCISES_DONE[name]) for name in CORPUS} | {
+    "students_zero1": (STYLES.parent / "students" / "zero1.py", ())}
 
 
 @pytest.mark.styles
-def test_the_students_program_passes_every_check_started_cold(reference_only, cold_run_cache):
-    """tests/students/zero1.py, which the default suite starts warm, graded as a submission
-    is: cold (it does neither exercise)."""
-    command = (sys.executable, str(STYLES.parent / "students" / "zero1.py"))
-    found = evaluate(lambda spec: cold_run_cache.get(command, spec), INVARIANT_CHECKS,
-                     cold_run_cache.seed)
+@pytest.mark.parametrize("name", list(GRADED_COLD))
+def test_a_correct_program_of_the_corpus_passes_every_check(reference_only, cold_run_cache, name):
+    program, exercises = GRADED_COLD[name]
+    found = evaluate(lambda spec: cold_run_cache.get((sys.executable, str(program)), spec),
+                     INVARIANT_CHECKS + exercises, cold_run_cache.seed)
     broken = {k: v for k, v in found.items() if v}
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
 

@@ -319,9 +319,7 @@ def _warm_connection(watch: Watch, mode: str, argv: list[str]) -> socket.socket 
             or not warm.eligible(argv):
         return None
     with contextlib.suppress(OSError):
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        conn.connect(watch.warm)
-        return conn
+        return warm.connect(watch.warm)
     return None  # the server is gone: a cold start
 
 

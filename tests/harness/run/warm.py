@@ -58,10 +58,28 @@ def eligible(argv: list[str]) -> bool:
     mutant or a program of the suite's corpus."""
     if len(argv) < 2 or argv[0] != sys.executable:
         return False
-    if argv[1:3] == ["-m", "capstone"]:
-        return True
+    return argv[1:3] == ["-m", "capstone"] or Path(argv[1]).resolve() == LAUNCHER \
+        or in_corpus(argv)
+
+
+def in_corpus(argv: list[str]) -> bool:
+    """`argv` runs a program of the suite's corpus (tests/students, tests/styles); its runs
+    start from the server that has imported TorchDynamo too (`_corpus_server`)."""
+    if len(argv) < 2:
+        return False
     script = Path(argv[1]).resolve()
-    return script == LAUNCHER or (script.suffix == ".py" and script.parent in CORPUS)
+    return script.suffix == ".py" and script.parent in CORPUS
+
+
+def connect(path: str) -> socket.socket:
+    """A connection to the fork server listening at `path` (OSError: none is listening)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(path)
+    except OSError:
+        conn.close()
+        raise
+    return conn
 
 
 def client_argv(argv: list[str], fd: int) -> list[str]:
@@ -126,11 +144,6 @@ def serve(path: str) -> None:
             for fd in fds:
                 os.close(fd)
         conn.close()
-
-
-def in_corpus(argv: list[str]) -> bool:
-    """`argv` runs a program of the suite's corpus (tests/students, tests/styles)."""
-    return len(argv) > 1 and Path(argv[1]).resolve().parent in CORPUS
 
 
 def _corpus_server(listener: socket.socket) -> socket.socket:
@@ -258,7 +271,8 @@ def environment(directory: Path) -> dict[str, str]:
 
 
 class Server:
-    """One fork server (per xdist worker): started on first use, ended with `close`."""
+    """One fork server (per xdist worker): started when made (back once it listens), ended
+    with `close`."""
 
     def __init__(self, directory: Path, env: dict[str, str] | None = None) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -275,11 +289,6 @@ class Server:
                 self.close()
                 raise RuntimeError(f"the fork server did not start (see {directory}/warm.log)")
             time.sleep(0.05)
-
-    def connect(self) -> socket.socket:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        conn.connect(self.path)
-        return conn
 
     def close(self) -> None:
         with contextlib.suppress(ProcessLookupError):
