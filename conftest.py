@@ -208,6 +208,16 @@ def run(run_cache: RunCache, impl: tuple[str, ...], request: pytest.FixtureReque
         # run's consequence (`holds`): told now, in the same line, without starting the run.
         stopped = next((r for r in used if r.name == BASE.name and not r.outcome.finished()),
                        None)
+        if stopped is None and spec.resume_from is not None:
+            # A resume from a checkpoint that a run which did not finish never wrote cannot
+            # succeed: its failure would be that run's consequence. (A run the suite killed
+            # is meant not to finish; the rollback checks read its resume as it goes.)
+            source, step = run_cache.get(impl, spec.resume_from[0]), spec.resume_from[1]
+            if source.outcome.not_graded:
+                pytest.skip(f"{NOT_GRADED}{source.name} run: {source.outcome.not_graded}")
+            if not (source.outcome.finished() or source.name.startswith("nemesis-kill")
+                    or source.checkpoint(step).is_dir()):
+                stopped = source
         if stopped is not None:
             _not_checked(record_property, f"{spec.name} run not started", stopped)
         r = run_cache.get(impl, spec)

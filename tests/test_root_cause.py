@@ -38,11 +38,21 @@ def _consequences(failed: dict[str, str]) -> dict[str, str]:
     return {n: o for n, o in failed.items() if "no_deadlock" not in n}
 
 
+def _assert_resume_not_started(failed: dict[str, str], cause: str) -> None:
+    """The resume from step 10 of a base run that never got there is not started: its ending
+    is told as the base run's consequence (not as a failed resume of its own)."""
+    resumed = next(o for n, o in failed.items() if "no_deadlock" in n and "[resumed]" in n)
+    assert resumed.startswith(
+        f"resumed run not started: not checked: the base run did not finish ({cause}"), resumed
+    assert "\n" not in resumed, resumed
+
+
 def test_a_deadlock_is_told_once_and_what_it_broke_in_one_line_each(tmp_path, reference_only):
     failed = _graded(tmp_path, ROOT / "tests" / "submissions" / "deadlock_at_step_5" /
                      "main.py")
     ending = next(o for n, o in failed.items() if "no_deadlock" in n and "[base]" in n)
     assert "blocked in recv(src=1)" in ending
+    _assert_resume_not_started(failed, "deadlock")
     for name, out in _consequences(failed).items():
         assert "not checked: " in out and "likely" not in out, (name, out)
         if "[base]" in name:
@@ -57,6 +67,7 @@ def test_a_crash_is_told_by_its_exception_rank_and_line(tmp_path, reference_only
     failed = _graded(tmp_path, ROOT / "tests" / "hostile" / "index_error.py")
     ending = next(o for n, o in failed.items() if "no_deadlock" in n and "[base]" in n)
     assert "rank 1 raised IndexError: list index out of range at sub/main.py:" in ending
+    _assert_resume_not_started(failed, "exit code 1: rank 1 raised IndexError")
     # with the few lines of the submission around it, the line that raised marked
     assert "where it raised:" in ending, ending
     assert next(ln for ln in ending.splitlines() if ln.startswith(">")).endswith(

@@ -4,6 +4,7 @@ it wrote (parsed) and what the observer saw."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from tests.harness.observe.parse import ParsedRun
 from tests.harness.observe.traces import Observation
@@ -20,3 +21,7 @@ class Run:
     outcome: Outcome
     parsed: ParsedRun
     observed: Observation | None = None  # None: the run was not observed (--no-observe)
+
+    def checkpoint(self, step: int) -> Path:
+        """Where the contract puts the run's checkpoint of `step` (it may not exist)."""
+        return self.parsed.out / "checkpoints" / f"step-{step:06d}"

@@ -246,8 +246,7 @@ class RunCache:
                 resume_dir = None
                 if spec.resume_from is not None:
                     base_spec, step = spec.resume_from
-                    base = self._get(impl, base_spec)
-                    resume_dir = base.parsed.out / "checkpoints" / f"step-{step:06d}"
+                    resume_dir = self._get(impl, base_spec).checkpoint(step)
                 argv = [*impl, "--out", str(d / "out"), *spec.flags(resume_dir)]
                 outcome = self._attempt(impl, argv, d, nemesis=spec.nemesis,
                                         after_kill_s=after_kill, memory=spec.measure_memory)
