@@ -175,7 +175,7 @@ def test_a_program_that_sleeps_in_a_throttled_box_is_still_charged(tmp_path):
     its hang is its own (charged at the bound), not the box's, and is not rerun."""
     with cgbox.CgBox(1500, 0.5) as box:
         outcome = grade_one_run(box, tmp_path, [sys.executable, str(HOSTILE / "hang.py")],
-                                bound_s=8.0)
+                                bound_s=4.0)
     assert outcome["timed_out"] and outcome["returncode"] is None, outcome
     assert outcome["earlier"] == [] and outcome["not_graded"] == "", outcome
 
