@@ -20,17 +20,23 @@ from tests.harness.check.checks import PARITY_LOSS_RTOL, Run, check_rollback
 from tests.harness.observe.parse import parse_run
 from tests.harness.run.corrupt import plant_code_in_shard
 from tests.harness.run.runner import Outcome, processes_with_token, run_command
-from tests.harness.run.runs import BASE, faulted
+from tests.harness.run.runs import BASE, RunCache, faulted
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPSTONE = (sys.executable, "-m", "capstone")
 pytestmark = pytest.mark.slow
 
 
-def capstone(out: Path, *flags: str, timeout: float = 60) -> Outcome:
-    outcome = run_command([*CAPSTONE, "--out", str(out), *flags], out, timeout, ROOT)
-    assert processes_with_token(outcome.token) == []
-    return outcome
+@pytest.fixture
+def capstone(run_cache: RunCache) -> Callable[..., Outcome]:
+    """`capstone(out, *flags)`: one run of the reference with these flags, started as the
+    run cache starts the suite's own runs (warm, observed, in its namespaces)."""
+    def run(out: Path, *flags: str, timeout: float = 60) -> Outcome:
+        outcome = run_command([*CAPSTONE, "--out", str(out), *flags], out, timeout, ROOT,
+                              watch=run_cache.watch)
+        assert processes_with_token(outcome.token) == []
+        return outcome
+    return run
 
 
 def tree_digest(path: Path) -> dict[str, str]:
@@ -39,7 +45,7 @@ def tree_digest(path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("kind", ["crash", "kill"])
-def test_a_failing_rank_ends_the_run_promptly(reference_only, tmp_path, kind):
+def test_a_failing_rank_ends_the_run_promptly(reference_only, tmp_path, capstone, kind):
     o = capstone(tmp_path / "run", "--inject", f"{kind}@5")
     assert o.returncode not in (0, None), o.reason()
     # The other ranks are stopped at once, not after the 30 s collective timeout.
@@ -51,7 +57,8 @@ def test_a_failing_rank_ends_the_run_promptly(reference_only, tmp_path, kind):
         assert "SIGKILL" in o.stderr_tail
 
 
-def test_rank_killed_mid_checkpoint_keeps_the_previous_one(reference_only, tmp_path, run):
+def test_rank_killed_mid_checkpoint_keeps_the_previous_one(reference_only, tmp_path, run,
+                                                          capstone):
     out = tmp_path / "run"
     o = capstone(out, "--checkpoint-every", "5", "--inject", "killsave@10")
     assert o.returncode != 0 and "rank 1" in o.stderr_tail, o.reason()
@@ -120,7 +127,7 @@ def test_corrupt_checkpoint_is_refused_and_nothing_is_overwritten(reference_only
 
 @pytest.mark.parametrize("world_size", [2, 1])
 def test_elastic_resume_reshards_and_matches_the_4_rank_run(reference_only, tmp_path, run,
-                                                            world_size):
+                                                            capstone, world_size):
     base = run(BASE)
     out = tmp_path / "elastic"
     o = capstone(out, "--world-size", str(world_size), "--batch-size", str(16 // world_size),
@@ -141,7 +148,8 @@ def test_resume_with_another_model_shape_is_refused(reference_only, tmp_path, ru
     assert not (tmp_path / "r").exists()
 
 
-def test_fault_with_no_checkpoint_to_return_to_gives_up_clearly(reference_only, tmp_path):
+def test_fault_with_no_checkpoint_to_return_to_gives_up_clearly(reference_only, tmp_path,
+                                                              capstone):
     o = capstone(tmp_path / "run", "--steps", "6", "--checkpoint-every", "0",
                  "--inject", "nan@5")
     assert o.returncode == 1, o.reason()
