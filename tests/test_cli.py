@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from capstone.cli import main
+from tests.harness.run.runner import run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,21 +44,23 @@ def test_bad_flag_exits_2_with_one_line(tmp_path, capsys, flags, says):
 
 
 @pytest.mark.slow
-def test_a_tensor_parallel_checkpoint_resumes_only_on_its_mesh(tmp_path):
+def test_a_tensor_parallel_checkpoint_resumes_only_on_its_mesh(tmp_path, run_cache, capsys):
     """A shard of a --tensor-parallel run holds its rank's heads: resumed by another mesh it
-    would be read as other parameters, so the resume is refused with what to pass."""
-    run = [sys.executable, "-m", "capstone", "--world-size", "2", "--steps", "2",
-           "--checkpoint-every", "2", "--batch-size", "2"]
-    first = subprocess.run([*run, "--out", str(tmp_path / "a"), "--tensor-parallel", "2"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert first.returncode == 0, first.stderr
-    ckpt = tmp_path / "a" / "checkpoints" / "step-000002"
+    would be read as other parameters, so the resume is refused with what to pass (in the
+    CLI's preflight, before any rank starts: run in-process)."""
+    flags = ["--world-size", "2", "--steps", "2", "--checkpoint-every", "2", "--batch-size",
+             "2"]
+    out = tmp_path / "a"
+    first = run_command([sys.executable, "-m", "capstone", *flags, "--out", str(out),
+                         "--tensor-parallel", "2"], out, 120, ROOT, watch=run_cache.watch)
+    assert first.returncode == 0, first.reason()
+    ckpt = out / "checkpoints" / "step-000002"
     assert '"mesh"' in (ckpt / "manifest.json").read_text()
-    again = subprocess.run([*run, "--steps", "3", "--out", str(tmp_path / "b"),
-                            "--resume", str(ckpt)], cwd=ROOT, capture_output=True, text=True,
-                           timeout=120)
-    assert again.returncode == 2
-    assert "resume with the same --world-size 2 and --tensor-parallel 2" in again.stderr
+    capsys.readouterr()
+    assert main([*flags, "--steps", "3", "--out", str(tmp_path / "b"),
+                 "--resume", str(ckpt)]) == 2
+    assert "resume with the same --world-size 2 and --tensor-parallel 2" in \
+        capsys.readouterr().err
 
 
 def test_non_empty_run_directory_is_refused(tmp_path, capsys):
