@@ -66,7 +66,10 @@ def test_a_deadlock_is_told_once_and_what_it_broke_in_one_line_each(tmp_path, re
 def test_a_crash_is_told_by_its_exception_rank_and_line(tmp_path, reference_only):
     failed = _graded(tmp_path, ROOT / "tests" / "hostile" / "index_error.py")
     ending = next(o for n, o in failed.items() if "no_deadlock" in n and "[base]" in n)
-    assert "rank 1 raised IndexError: list index out of range at sub/main.py:" in ending
+    # the base run's reason: the exit code, then the student's line, not a peer's error
+    assert "found 1 (exit code 1: rank 1 raised IndexError: list index out of range at " \
+        "sub/main.py:" in ending, ending
+    assert "(`_ = offsets[len(steps) - 1]" in ending.splitlines()[0], ending
     _assert_resume_not_started(failed, "exit code 1: rank 1 raised IndexError")
     # with the few lines of the submission around it, the line that raised marked
     assert "where it raised:" in ending, ending
