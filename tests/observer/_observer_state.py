@@ -21,6 +21,7 @@ from typing import Any
 STATE_NAMES = ("master", "exp_avg", "exp_avg_sq")
 CHUNK = 32  # values per piece searched for: pieces of the saved tensor, each located apart
 MIN_DISTINCT = 4  # a piece with fewer distinct values (padding zeros) proves nothing
+BLOCK = 4096  # candidate places compared at once (4096 x CHUNK int32: 512 KiB)
 
 
 def saved_state(obj: object) -> dict[str, Any]:
@@ -66,30 +67,54 @@ def locate(saved: dict[str, Any]) -> dict[str, Any]:
 
     storages, params = _storages(torch)
     own = {t.untyped_storage().data_ptr() for t in saved.values()}
-    pieces: dict[str, list[Any]] = {}
+    names = list(saved)
     usable: dict[str, int] = {}
-    by_anchor: dict[int, list[tuple[str, int]]] = {}  # first value -> (tensor, piece)
-    for name, tensor in saved.items():
-        bits = _bits(tensor)
+    rows, owner, index = [], [], []  # each usable piece: its values, tensor, piece number
+    for j, name in enumerate(names):
+        bits = _bits(saved[name])
         whole = bits[:len(bits) // CHUNK * CHUNK].reshape(-1, CHUNK)
-        pieces[name] = list(whole)
         ordered = np.sort(whole, axis=1)
         distinct = 1 + (ordered[:, 1:] != ordered[:, :-1]).sum(axis=1)
-        usable[name] = int((distinct >= MIN_DISTINCT).sum())
-        for i in np.flatnonzero(distinct >= MIN_DISTINCT).tolist():
-            by_anchor.setdefault(int(whole[i, 0]), []).append((name, i))
-    anchors = np.fromiter(by_anchor, dtype=np.int32, count=len(by_anchor))
+        keep = np.flatnonzero(distinct >= MIN_DISTINCT)
+        usable[name] = len(keep)
+        rows.append(whole[keep])
+        owner.append(np.full(len(keep), j))
+        index.append(keep)
+    pieces = np.concatenate(rows) if rows else np.empty((0, CHUNK), np.int32)
+    of_tensor, number = np.concatenate(owner), np.concatenate(index)
+    order = np.argsort(pieces[:, 0], kind="stable")  # the pieces by their first value
+    anchors = pieces[order, 0]
+    if not len(anchors):
+        return {name: {"numel": int(saved[name].numel()), "pieces": 0, "holders": []}
+                for name in saved}
+    low = np.zeros(1 << 16, dtype=bool)
+    low[anchors & 0xFFFF] = True
     holders: dict[str, list[dict[str, Any]]] = {name: [] for name in saved}
     for ptr, arr in storages.items():
-        held: dict[str, set[int]] = {}
-        for pos in np.flatnonzero(np.isin(arr, anchors)).tolist():
-            for name, k in by_anchor[int(arr[pos])]:
-                if k not in held.get(name, ()) and pos + CHUNK <= len(arr) and \
-                        np.array_equal(arr[pos:pos + CHUNK], pieces[name][k]):
-                    held.setdefault(name, set()).add(k)
-        for name, ks in held.items():
-            holders[name].append({"elements": len(arr), "pieces": len(ks),
-                                  "param": ptr in params, "saved": ptr in own})
+        if len(arr) < CHUNK:
+            continue
+        # Where a piece's first value sits (with room for the piece after it), and each piece
+        # that starts so: compared whole, a block of candidates at a time.
+        starts = arr[:len(arr) - CHUNK + 1]
+        pos = np.flatnonzero(low[starts & 0xFFFF])  # a first filter, by the low 16 bits
+        lo = np.minimum(np.searchsorted(anchors, starts[pos]), len(anchors) - 1)
+        same = anchors[lo] == starts[pos]
+        pos, lo = pos[same], lo[same]
+        many = np.searchsorted(anchors, starts[pos], "right") - lo
+        at = np.repeat(pos, many)
+        cand = order[np.repeat(lo, many) + np.arange(len(at))
+                     - np.repeat(np.cumsum(many) - many, many)]
+        windows = np.lib.stride_tricks.sliding_window_view(arr, CHUNK)
+        found = []
+        for b in range(0, len(at), BLOCK):
+            c = cand[b:b + BLOCK]
+            found.append(c[(windows[at[b:b + BLOCK]] == pieces[c]).all(axis=1)])
+        hit = np.unique(np.concatenate(found)) if found else np.empty(0, np.int64)
+        for j, name in enumerate(names):
+            ks = np.unique(number[hit[of_tensor[hit] == j]])
+            if len(ks):
+                holders[name].append({"elements": len(arr), "pieces": len(ks),
+                                      "param": ptr in params, "saved": ptr in own})
     del storages
     return {name: {"numel": int(saved[name].numel()), "pieces": usable[name],
                    "holders": sorted(holders[name], key=lambda h: -h["elements"])}
