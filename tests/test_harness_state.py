@@ -89,18 +89,17 @@ def test_the_locator_finds_state_that_python_holds_outside_torch():
 def _found_by_bytes(locate: ModuleType, saved: dict) -> dict:
     """The locator's answer the slow way: every usable piece's bytes looked for at each
     4-byte-aligned place of every buffer the same walk reaches (bytes.find)."""
-    import numpy as np
-
     storages, params = locate._storages(torch)
     own = {t.untyped_storage().data_ptr() for t in saved.values()}
     out = {}
     for name, tensor in locate.saved_state(saved).items():
         bits = tensor.detach().reshape(-1).view(torch.int32).numpy()
         whole = bits[:len(bits) // locate.CHUNK * locate.CHUNK].reshape(-1, locate.CHUNK)
-        usable = [row.tobytes() for row in whole if len(set(row.tolist())) >= locate.MIN_DISTINCT]
+        usable = [row.tobytes() for row in whole
+                  if len(set(row.tolist())) >= locate.MIN_DISTINCT]
         holders = []
         for ptr, arr in storages.items():
-            hay = np.ascontiguousarray(arr).tobytes()
+            hay = arr.tobytes()
 
             def aligned(needle: bytes, hay: bytes = hay) -> bool:
                 i = hay.find(needle)
@@ -120,24 +119,29 @@ def _found_by_bytes(locate: ModuleType, saved: dict) -> dict:
 @given(n=st.integers(32, 1_500), shift=st.integers(0, 40), whole=st.booleans(),
        runs=st.integers(0, 3), seed=st.integers(0, 2**16))
 def test_the_locator_finds_what_a_byte_search_finds(n, shift, whole, runs, seed):
-    """Pieces held anywhere a 4-byte step apart (shifted copies, a moment kept whole), pieces
-    that repeat a first value (runs of one value, which also make pieces of too few distinct
-    values), buffers that hold a piece's first value or all but its last, and saved tensors
-    of any length: the same holders as a plain byte search."""
+    """Pieces held anywhere a 4-byte step apart (shifted copies, a moment kept whole, a
+    parameter), pieces that repeat a first value (runs of one value, which also make pieces
+    of too few distinct values), buffers that hold a piece's first value or all but its last,
+    and saved tensors of any length: the same holders as a plain byte search. Both search
+    only this test's buffers (the walk that finds a rank's is tested above)."""
     g = torch.Generator().manual_seed(seed)
     m = torch.randn(n, generator=g)
     m[: runs * 40] = 0.5  # a run of one value: pieces that say nothing, or share a start
     v = torch.rand(n, generator=g)
-    master = torch.randn(n, generator=g)
+    master = torch.nn.Parameter(torch.randn(n, generator=g))
     kept = [torch.cat([torch.randn(shift, generator=g), m, v]),  # shifted, one storage
             torch.full((n,), 0.5),  # a decoy: the first value of pieces it does not hold
             m + torch.arange(n).remainder(32).eq(31)]  # a near miss: each piece's last value
     if whole:
-        kept.append(torch.cat([torch.zeros(3 * n), master, torch.zeros(n)]))
-    saved = {"master": master.clone(), "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+        kept.append(torch.cat([torch.zeros(3 * n), master.detach(), torch.zeros(n)]))
+    saved = {"master": master.detach().clone(), "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+    buffers = {t.untyped_storage().data_ptr(): t.untyped_storage()
+               for t in (*kept, master, *saved.values())}
     locate = _locator()
+    locate._storages = lambda torch: (  # type: ignore[attr-defined]
+        {p: torch.empty(0, dtype=torch.int32).set_(s).numpy() for p, s in buffers.items()},
+        {master.untyped_storage().data_ptr()})
     assert locate.locate(locate.saved_state(saved)) == _found_by_bytes(locate, saved)
-    del kept
 
 
 def _state(numel: int, holders: list[tuple[int, bool]], pieces: int | None = None) -> dict:
