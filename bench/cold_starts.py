@@ -17,7 +17,6 @@ import argparse
 import collections
 import json
 import os
-import resource
 import site
 import statistics
 import subprocess
@@ -26,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
+from suite import children_cpu_s, machine_busy_s  # bench/, this script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,16 +56,10 @@ def import_cpu_s(n: int = 5) -> float:
     """Median CPU-seconds (user + sys) of `python -c "import torch"`."""
     cpus = []
     for _ in range(n):
-        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu0 = children_cpu_s()
         subprocess.run([sys.executable, "-c", "import torch"], check=True)
-        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+        cpus.append(children_cpu_s() - cpu0)
     return statistics.median(cpus)
-
-
-def _busy_s() -> float:
-    t = psutil.cpu_times()
-    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
 
 
 def main() -> int:
@@ -84,11 +77,11 @@ def main() -> int:
     pth.write_text("import _capstone_cold_start\n")
     try:
         cpu = import_cpu_s()
-        t0, busy0 = time.monotonic(), _busy_s()
+        t0, busy0 = time.monotonic(), machine_busy_s()
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                *a.pytest_args], cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "COLD_START_PROBE_DIR": str(log)})
-        wall, busy = time.monotonic() - t0, _busy_s() - busy0
+        wall, busy = time.monotonic() - t0, machine_busy_s() - busy0
     finally:
         pth.unlink(missing_ok=True)
         module.unlink(missing_ok=True)

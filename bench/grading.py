@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from suite import children_cpu_s  # noqa: E402  (bench/, this script's folder)
+
 from tests.harness.platforms.session import Grading, grade  # noqa: E402
 from tests.harness.run.contain import FORCE_VAR  # noqa: E402
 
@@ -44,13 +46,6 @@ def _lost(results: dict[str, object]) -> dict[str, object]:
             for t in tests if isinstance(t, dict) and t.get("score") != t.get("max_score")
             } if isinstance(tests, list) else {}
     return {"lost": lost} if lost else {}
-
-
-def _children_cpu_s() -> float:
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def side_by_side(a: argparse.Namespace) -> int:
@@ -70,7 +65,7 @@ def side_by_side(a: argparse.Namespace) -> int:
                             # The same submission, graded by each checkout's suite: its
                             # capstone (the reference's) from that checkout too.
                             env = {**os.environ, "PYTHONPATH": str(path)}
-                            cpu0 = _children_cpu_s()
+                            cpu0 = children_cpu_s()
                             proc = subprocess.run(
                                 [sys.executable, str(path / "bench" / "grading.py"),
                                  str(sub.resolve()), "--containment", mode],
@@ -81,7 +76,7 @@ def side_by_side(a: argparse.Namespace) -> int:
                                 raise SystemExit(f"{name} failed to grade {sub}:\n"
                                                  f"{proc.stderr[-2000:]}")
                             row = {**rows[-1], "suite": name,
-                                   "cpu_s": round(_children_cpu_s() - cpu0, 1)}
+                                   "cpu_s": round(children_cpu_s() - cpu0, 1)}
                             walls.setdefault((sub.name, mode, name), []).append(row["wall_s"])
                             cpus.setdefault((sub.name, mode, name), []).append(row["cpu_s"])
                             print(json.dumps(row), flush=True)

@@ -42,12 +42,13 @@ def import_floor(n: int = 5) -> float:
     return statistics.median(times)
 
 
-def _children_cpu_s() -> float:
+def children_cpu_s() -> float:
+    """CPU-seconds (user + sys) of every child process reaped so far."""
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
 
 
-def _machine_busy_s() -> float:
+def machine_busy_s() -> float:
     """CPU-seconds the whole machine has spent busy (every process, this suite's and any
     other's): an upper bound on the suite's CPU where the reaped tree's is a lower one (a
     warm start's forks are the fork server's children, and a killed namespace's are no
@@ -83,12 +84,12 @@ def suite(checkout: Path, workers: int, ids: list[str] | None = None
     failures) and the worker-seconds per module. The CPU time is that of every process reaped
     up the tree: a lower bound, since what a SIGKILLed run's namespace held and what a warm
     start's forks used are not handed up; the machine's is an upper bound."""
-    t0, cpu0, busy0 = time.monotonic(), _children_cpu_s(), _machine_busy_s()
+    t0, cpu0, busy0 = time.monotonic(), children_cpu_s(), machine_busy_s()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", str(workers), "-q",
                            "-p", "no:cacheprovider", "--durations=0", *(ids or [])],
                           cwd=checkout, capture_output=True, text=True)
-    wall, cpu = time.monotonic() - t0, _children_cpu_s() - cpu0
-    busy = _machine_busy_s() - busy0
+    wall, cpu = time.monotonic() - t0, children_cpu_s() - cpu0
+    busy = machine_busy_s() - busy0
     lines = [ln for ln in proc.stdout.splitlines() if " in " in ln and "passed" in ln]
     failed = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
     return (wall, cpu, busy, "; ".join([lines[-1].strip("= ") if lines
