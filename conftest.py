@@ -24,7 +24,16 @@ from tests.harness.report.pictures import KINDS, as_text, facts
 from tests.harness.report.plugin import SuiteReport, suite_seed
 from tests.harness.run import box, contain, stress, warm
 from tests.harness.run.runner import Watch
-from tests.harness.run.runs import BASE, MICRO, RESUMED, SINGLE, RunCache, RunSpec, timeline_of
+from tests.harness.run.runs import (
+    BASE,
+    MICRO,
+    RESUMED,
+    SINGLE,
+    RunCache,
+    RunSpec,
+    killed_by_the_suite,
+    timeline_of,
+)
 
 ROOT = Path(__file__).resolve().parent
 REFERENCE_IMPL = (sys.executable, "-m", "capstone")
@@ -179,7 +188,7 @@ def unfinished(runs: list[Run], invariant: str) -> Run | None:
         subject = (invariant == "rollback" and r.name != BASE.name) or (
             invariant == "accumulation" and r.name == MICRO.name) or (
             invariant == "tensor_parallel" and r.name.startswith("tp"))
-        if not subject and not r.name.startswith("nemesis-kill") and not o.finished():
+        if not subject and not killed_by_the_suite(r.name) and not o.finished():
             return r
     return None
 
@@ -208,15 +217,15 @@ def run(run_cache: RunCache, impl: tuple[str, ...], request: pytest.FixtureReque
         # run's consequence (`holds`): told now, in the same line, without starting the run.
         stopped = next((r for r in used if r.name == BASE.name and not r.outcome.finished()),
                        None)
-        if stopped is None and spec.resume_from is not None:
+        if stopped is None and spec.resume_from is not None \
+                and not killed_by_the_suite(spec.resume_from[0].name):
             # A resume from a checkpoint that a run which did not finish never wrote cannot
             # succeed: its failure would be that run's consequence. (A run the suite killed
             # is meant not to finish; the rollback checks read its resume as it goes.)
             source, step = run_cache.get(impl, spec.resume_from[0]), spec.resume_from[1]
             if source.outcome.not_graded:
                 pytest.skip(f"{NOT_GRADED}{source.name} run: {source.outcome.not_graded}")
-            if not (source.outcome.finished() or source.name.startswith("nemesis-kill")
-                    or source.checkpoint(step).is_dir()):
+            if not (source.outcome.finished() or source.checkpoint(step).is_dir()):
                 stopped = source
         if stopped is not None:
             _not_checked(record_property, f"{spec.name} run not started", stopped)

@@ -136,6 +136,11 @@ def nemesis_kill(seed: int, kind: str, world_size: int = BASE.world_size) -> Run
                    nemesis=f"killsave@15:{rank}")
 
 
+def killed_by_the_suite(name: str) -> bool:
+    """The run named so is one of `nemesis_kill`'s: it is meant not to finish."""
+    return name.startswith("nemesis-kill")
+
+
 # A run whose rank the suite killed must end within this long of the death (the runner stops
 # it then): mp.spawn and torchrun end the other ranks at once, gloo fails their pending calls
 # at once ("Connection closed by peer"), a collective timeout of a few seconds ends the rest.
