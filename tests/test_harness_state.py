@@ -52,6 +52,9 @@ def test_the_locator_finds_each_layout_by_its_values_and_not_its_temporaries():
     found = locate.locate(locate.saved_state(in_one))
     assert all(_elements(found, k, True) == [3 * n] for k in in_one)  # one storage, saved
     assert locate.saved_state({"weights": torch.ones(n)}) == {}  # not a shard: no search
+    blank = {"master": torch.zeros(n), "exp_avg": torch.ones(n), "exp_avg_sq": torch.zeros(n)}
+    assert all(f == {"numel": n, "pieces": 0, "holders": []}  # no piece tells anything apart
+               for f in locate.locate(locate.saved_state(blank)).values())
     del m_hat
 
 

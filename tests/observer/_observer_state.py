@@ -84,9 +84,6 @@ def locate(saved: dict[str, Any]) -> dict[str, Any]:
     of_tensor, number = np.concatenate(owner), np.concatenate(index)
     order = np.argsort(pieces[:, 0], kind="stable")  # the pieces by their first value
     anchors = pieces[order, 0]
-    if not len(anchors):
-        return {name: {"numel": int(saved[name].numel()), "pieces": 0, "holders": []}
-                for name in saved}
     low = np.zeros(1 << 16, dtype=bool)
     low[anchors & 0xFFFF] = True
     holders: dict[str, list[dict[str, Any]]] = {name: [] for name in saved}
