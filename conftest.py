@@ -3,6 +3,7 @@ grade file goes; the shared run cache; the reporting plugin (tests/harness/repor
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shlex
@@ -137,11 +138,39 @@ def _run_cache(config: pytest.Config, root: Path, impl: tuple[str, ...], warm_pa
                     fsize * 2**20 if fsize else None, watch, seed=suite_seed())
 
 
+def declared_reads(item: pytest.Item) -> list[RunSpec] | None:
+    """The runs a test reads, as its `reads` marker names them: RunSpecs, or functions of the
+    test's parameters (by name) that return a list of them. None: the test has no marker."""
+    marker = item.get_closest_marker("reads")
+    if marker is None:
+        return None
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    specs: list[RunSpec] = []
+    for arg in marker.args:
+        specs += [arg] if isinstance(arg, RunSpec) else arg(
+            **{name: params[name] for name in inspect.signature(arg).parameters})
+    return specs
+
+
+def undeclared(item: pytest.Item, spec: RunSpec) -> str:
+    """Why the test may not read the `spec` run: it has a `reads` marker that does not name
+    it ("" where it may), so the run would never be planned."""
+    declared = declared_reads(item)
+    if declared is None or spec in declared:
+        return ""
+    return (f"this test reads the {spec.name} run, which its `reads` marker does not name: "
+            "add it there (conftest.py, declared_reads)")
+
+
 @pytest.fixture(scope="session")
 def run_cache(pytestconfig: pytest.Config, shared_tmp: Path, impl: tuple[str, ...],
-              warm_server: str) -> RunCache:
-    """Runs shared by every xdist worker of this session (never across sessions)."""
-    return _run_cache(pytestconfig, shared_tmp / "capstone-runs", impl, warm_server)
+              warm_server: str, request: pytest.FixtureRequest) -> RunCache:
+    """Runs shared by every xdist worker of this session (never across sessions), with the
+    runs the session's tests declare (`reads`) planned, for a worker that would wait."""
+    cache = _run_cache(pytestconfig, shared_tmp / "capstone-runs", impl, warm_server)
+    cache.plan(impl, [s for item in request.session.items for s in declared_reads(item) or ()])
+    return cache
 
 
 @pytest.fixture(scope="session")
@@ -213,6 +242,9 @@ def run(run_cache: RunCache, impl: tuple[str, ...], request: pytest.FixtureReque
     used = request.node.stash.setdefault(RUNS_USED, [])
 
     def get(spec: RunSpec) -> Run:
+        slip = undeclared(request.node, spec)  # the suite's slip, not the run's
+        if slip:
+            pytest.fail(slip, pytrace=False)
         # Whatever a test reads after a base run that did not finish, its verdict is that
         # run's consequence (`holds`): told now, in the same line, without starting the run.
         stopped = next((r for r in used if r.name == BASE.name and not r.outcome.finished()),

@@ -23,6 +23,7 @@ from tests.harness.run.runs import MICRO, MICRO_BATCHES, ONE_BATCH
 
 M = MICRO_BATCHES
 FLAG = f"--micro-batches {M}"
+pytestmark = pytest.mark.reads(MICRO, ONE_BATCH)
 
 
 @pytest.fixture

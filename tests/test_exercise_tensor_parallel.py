@@ -22,7 +22,16 @@ from tests.harness.check.tp_checks import (
     check_tp_traffic,
 )
 from tests.harness.report.plugin import suite_seed
-from tests.harness.run.runs import SINGLE, TP, TP2, TP2DP2, TP2DP2_RESUMED, fault_step, tp_faulted
+from tests.harness.run.runs import (
+    SINGLE,
+    TP,
+    TP2,
+    TP2DP2,
+    TP2DP2_RESUMED,
+    RunSpec,
+    fault_step,
+    tp_faulted,
+)
 
 FLAG = f"--tensor-parallel {TP}"
 SPECS = pytest.mark.parametrize("spec", [TP2, TP2DP2], ids=lambda s: s.name)
@@ -44,36 +53,46 @@ def observed_tp(tp):
     return get
 
 
+@pytest.mark.reads(lambda spec: [spec, SINGLE])
 @SPECS
 def test_the_loss_is_the_one_rank_loss(tp, run, holds, spec):
     holds(check_tp_loss(tp(spec), run(SINGLE), TP), f"{spec.name} vs one rank, every step")
 
 
+@pytest.mark.reads(lambda spec: [spec, SINGLE])
 @SPECS
 def test_each_rank_holds_its_share_of_the_heads(observed_tp, run, holds, spec):
     holds(check_heads(observed_tp(spec), run(SINGLE), TP), f"the heads of the {spec.name} run")
 
 
+@pytest.mark.reads(lambda spec: [spec])
 @SPECS
 def test_the_attention_output_and_its_gradient_are_all_reduced(observed_tp, holds, spec):
     holds(check_tp_traffic(observed_tp(spec), TP, spec.batch_size),
           f"all-reduces over the tensor-parallel groups of the {spec.name} run")
 
 
+@pytest.mark.reads(lambda spec: [spec])
 @SPECS
 def test_a_group_computes_on_the_same_rows(observed_tp, holds, spec):
     holds(check_tp_rows(observed_tp(spec), TP), f"rows per group in the {spec.name} run")
 
 
 @pytest.mark.long  # two runs in a row: started first
+@pytest.mark.reads(TP2DP2, TP2DP2_RESUMED)
 def test_a_tensor_parallel_run_resumes_bit_identically(tp, holds):
     holds(check_resume(tp(TP2DP2), tp(TP2DP2_RESUMED), 10),
           f"{TP2DP2.name} resumed from its step-10 checkpoint")
 
 
+def _faulted() -> RunSpec:
+    return tp_faulted("nan", fault_step("nan", suite_seed()))
+
+
 @pytest.mark.long
+@pytest.mark.reads(TP2DP2, lambda: [_faulted()])
 def test_a_tensor_parallel_run_rolls_back_a_nan(tp, holds):
     step = fault_step("nan", suite_seed())
-    faulted = tp(tp_faulted("nan", step))  # first: it needs no other run, the resume does
+    faulted = tp(_faulted())  # first: it needs no other run, the resume does
     holds(check_rollback(tp(TP2DP2), faulted, "nan", step),
           f"rollback of nan@{step} in the {TP2DP2.name} run")

@@ -21,6 +21,7 @@ from tests.harness.report.plugin import suite_seed
 from tests.harness.run.runs import (
     BASE,
     FAULT_KINDS,
+    RunSpec,
     fault_step,
     faulted,
     nemesis_kill,
@@ -32,23 +33,35 @@ from tests.harness.run.runs import (
 pytestmark = pytest.mark.fault
 
 
+def _faulted(kind: str) -> RunSpec:
+    return faulted(kind, fault_step(kind, suite_seed()))
+
+
+def _killed(kind: str) -> list[RunSpec]:
+    spec = nemesis_kill(suite_seed(), kind)
+    return [BASE, spec, resumed_after(spec)] if kind == "killsave" else [BASE, spec]
+
+
+@pytest.mark.reads(lambda kind: [BASE, _faulted(kind)])
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_fault_is_rolled_back_and_run_ends_like_the_clean_run(run, holds, kind):
     step = fault_step(kind, suite_seed())
-    holds(check_rollback(run(BASE), run(faulted(kind, step)), kind, step),
+    holds(check_rollback(run(BASE), run(_faulted(kind)), kind, step),
           f"rollback of {kind}@{step}")
 
 
+@pytest.mark.reads(lambda kind: [BASE, _faulted(kind)])
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_the_announced_fault_shows_in_the_ranks_numbers(run, holds, kind):
     step = fault_step(kind, suite_seed())
     run(BASE)  # a program whose clean run does not finish: not checked, and no run started
-    faulted_run = run(faulted(kind, step))
+    faulted_run = run(_faulted(kind))
     if faulted_run.observed is None:
         pytest.skip("the observer is off (--no-observe)")
     holds(check_fault_took_effect(faulted_run, kind, step), f"{kind}@{step} in the numbers")
 
 
+@pytest.mark.reads(BASE, lambda: [nemesis_nan(suite_seed())])
 def test_a_nan_the_program_did_not_ask_for_is_rolled_back(run, holds):
     spec = nemesis_nan(suite_seed())
     kind, step, rank = nemesis_of(spec) or ("nan", 0, 0)
@@ -61,6 +74,7 @@ def test_a_nan_the_program_did_not_ask_for_is_rolled_back(run, holds):
 
 
 @pytest.mark.long  # killsave: the killed run, then its resume: started first
+@pytest.mark.reads.with_args(_killed)  # a function alone would be taken for the test
 @pytest.mark.parametrize("kind", ["kill", "killsave"])
 def test_a_rank_killed_from_outside_ends_the_run_and_it_resumes_like_the_clean_run(run, holds,
                                                                                   kind):
@@ -69,7 +83,7 @@ def test_a_rank_killed_from_outside_ends_the_run_and_it_resumes_like_the_clean_r
     incomplete checkpoint published, its step-10 checkpoint verifies, and (after the torn
     write) resumed from it the run ends exactly where the clean run ends (steps 11..20, the
     step-20 shards' sha256)."""
-    spec = nemesis_kill(suite_seed(), kind)
+    spec = _killed(kind)[1]
     _, step, rank = nemesis_of(spec) or (kind, 0, 1)
     base = run(BASE)  # first: a program whose clean run does not finish is not killed
     killed = run(spec)

@@ -18,15 +18,18 @@ from tests.harness.check.work_checks import check_data_parallel, check_reduced, 
 from tests.harness.run.runs import BASE, N2, N3
 
 
+@pytest.mark.reads(lambda spec: [spec])
 @pytest.mark.parametrize("spec", [BASE, N2, N3], ids=lambda s: s.name)
 def test_ranks_are_distinct_processes_in_one_group(observed, holds, spec):
     holds(check_genuine_ranks(observed(spec)), f"process group of the {spec.name} run")
 
 
+@pytest.mark.reads(BASE)
 def test_every_rank_issues_the_same_collectives(observed, holds):
     holds(check_same_sequence(observed(BASE)), "collective sequence of the base run")
 
 
+@pytest.mark.reads(BASE)
 def test_zero1_traffic_is_one_allreduce_per_step(observed, holds, record_property):
     r = observed(BASE)
     per_rank = {rank: round(sum(sites.values())) for rank, sites in traffic_per_step(r).items()}
@@ -37,6 +40,7 @@ def test_zero1_traffic_is_one_allreduce_per_step(observed, holds, record_propert
     holds(check_zero_traffic(r), "elements sent per step in the base run")
 
 
+@pytest.mark.reads(lambda spec: [spec])
 @pytest.mark.parametrize("spec", [BASE, N3], ids=lambda s: s.name)
 def test_each_rank_computes_on_its_share_of_the_batch(observed, holds, record_property, spec):
     r = observed(spec)
@@ -47,5 +51,6 @@ def test_each_rank_computes_on_its_share_of_the_batch(observed, holds, record_pr
     holds(check_data_parallel(r, spec.batch_size), f"rows each rank computed on ({spec.name})")
 
 
+@pytest.mark.reads(BASE)
 def test_every_gradient_is_reduced_at_every_step(observed, holds):
     holds(check_reduced(observed(BASE)), "gradient elements reduced per step in the base run")

@@ -7,6 +7,7 @@ from tests.harness.check.checks import check_equal_norms
 from tests.harness.run.runs import BASE, N3
 
 
+@pytest.mark.reads(lambda spec: [spec])
 @pytest.mark.parametrize("spec", [BASE, N3], ids=lambda s: s.name)
 def test_every_rank_holds_the_same_parameters(run, holds, spec):
     holds(check_equal_norms(run(spec)), f"parameter norms of the {spec.name} run")

@@ -8,6 +8,7 @@ from tests.harness.check.checks import check_clean_exit
 from tests.harness.run.runs import BASE, RESUMED, SINGLE
 
 
+@pytest.mark.reads(lambda spec: [spec])
 @pytest.mark.parametrize("spec", [BASE, SINGLE, RESUMED], ids=lambda s: s.name)
 def test_run_ends_cleanly_within_the_bound(run, holds, spec):
     r = run(spec)

@@ -15,6 +15,7 @@ from tests.harness.check.state_checks import check_state_location, located
 from tests.harness.run.runs import BASE, MEM1, N2, N3, SINGLE
 
 
+@pytest.mark.reads(lambda spec: [spec])
 @pytest.mark.parametrize("spec", [BASE, SINGLE, N2, N3], ids=lambda s: s.name)
 def test_optimizer_state_is_12P_over_N(run, holds, spec):
     holds(check_zero_memory(run(spec)), f"ZeRO-1 memory of the {spec.name} run")
@@ -23,12 +24,14 @@ def test_optimizer_state_is_12P_over_N(run, holds, spec):
 # The cross-N tests read BASE first: where it did not finish, the other runs are its
 # consequence, told without starting them (`run`).
 @pytest.mark.long  # several runs, one after another: started first
+@pytest.mark.reads(BASE, SINGLE, N2, N3)
 def test_memory_per_rank_times_N_is_constant(run, holds):
     runs = {s.world_size: run(s) for s in (BASE, SINGLE, N2, N3)}
     holds(check_memory_scaling(runs), "optimizer bytes x N over N = 1, 2, 3, 4")
 
 
 @pytest.mark.long  # several runs, one after another: started first
+@pytest.mark.reads(BASE, MEM1, N2)
 def test_measured_persistent_state_shrinks_by_12P(run, holds, record_property):
     runs = {s.world_size: run(s) for s in (BASE, MEM1, N2)}
     if any(r.observed is None for r in runs.values()):
@@ -41,6 +44,7 @@ def test_measured_persistent_state_shrinks_by_12P(run, holds, record_property):
 
 
 @pytest.mark.long  # several runs, one after another: started first
+@pytest.mark.reads(BASE, MEM1, N2, N3)
 def test_adam_moments_live_in_shards(run, holds, record_property):
     runs = {s.world_size: run(s) for s in (BASE, MEM1, N2, N3)}
     if any(r.observed is None for r in runs.values()):

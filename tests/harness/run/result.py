@@ -11,6 +11,11 @@ from tests.harness.observe.traces import Observation
 from tests.harness.run.runner import Outcome
 
 
+def checkpoint_dir(out: Path, step: int) -> Path:
+    """Where the contract puts a run's checkpoint of `step` under its --out folder."""
+    return out / "checkpoints" / f"step-{step:06d}"
+
+
 @dataclass
 class Run:
     """One finished run: what the suite asked (flags), how it ended, what it wrote."""
@@ -24,4 +29,4 @@ class Run:
 
     def checkpoint(self, step: int) -> Path:
         """Where the contract puts the run's checkpoint of `step` (it may not exist)."""
-        return self.parsed.out / "checkpoints" / f"step-{step:06d}"
+        return checkpoint_dir(self.parsed.out, step)

@@ -8,19 +8,21 @@ says why."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
 import shutil
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from tests.harness.observe.parse import parse_run
 from tests.harness.observe.traces import load_observation
 from tests.harness.run import box, contain, stress
-from tests.harness.run.result import Run
+from tests.harness.run.result import Run, checkpoint_dir
 from tests.harness.run.runner import Outcome, Watch, run_command
 from tests.harness.run.timeline import write_trace
 
@@ -180,8 +182,17 @@ def fault_step(kind: str, seed: int) -> int:
     return random.Random(f"{seed}:{kind}").choice(FAULT_STEPS)
 
 
+def longest_first(specs: Iterable[RunSpec]) -> list[RunSpec]:
+    """`specs` once each, the longest runs first (ranks x steps; a stable sort): the order in
+    which a waiting worker starts them ahead (RunCache.plan), so that no long run is left to
+    end a session on one worker while the other has nothing to do."""
+    return sorted(dict.fromkeys(specs), key=lambda s: -s.world_size * s.steps)
+
+
 class RunCache:
-    """`get(impl, spec)`: the finished run, computed by whichever worker asks first."""
+    """`get(impl, spec)`: the finished run, computed by whichever worker asks first. A worker
+    that would wait for a run another worker is computing starts one of the session's planned
+    runs instead (`plan`), so that neither of a grading's workers stands idle."""
 
     def __init__(self, root: Path, timeout_s: float, cwd: Path, mem_bytes: int | None,
                  file_bytes: int | None, watch: Watch | None = None, seed: int = 0) -> None:
@@ -206,6 +217,12 @@ class RunCache:
         self.timeout_s = timeout_s * self.factor
         self.watch = replace(watch, hang_after_s=watch.hang_after_s * self.factor,
                              after_kill_s=watch.after_kill_s * self.factor)
+        self.ahead: list[tuple[tuple[str, ...], RunSpec]] = []
+
+    def plan(self, impl: tuple[str, ...], specs: Iterable[RunSpec]) -> None:
+        """The runs of `impl` this session's tests will read (their `reads` markers): a worker
+        that would wait for another's run starts the first of them that is ready instead."""
+        self.ahead = [(impl, self.seeded(s)) for s in longest_first(specs)]
 
     def _attempt(self, impl: tuple[str, ...], argv: list[str], d: Path,
                  alone: bool = False, nemesis: str | None = None,
@@ -238,40 +255,102 @@ class RunCache:
         spec = self.seeded(spec)
         return self._get(impl, spec)
 
-    def _get(self, impl: tuple[str, ...], spec: RunSpec) -> Run:
-        d = self.root / spec.key(impl, self.cwd)
-        done = d / "outcome.json"
-        after_kill = None
+    def _get(self, impl: tuple[str, ...], spec: RunSpec, ahead: bool = True) -> Run:
+        done = self._done(impl, spec)
+        d = done.parent
         if spec.nemesis and spec.nemesis.startswith("kill") and not done.exists():
             # The clean run first (every kill check reads it anyway): its speed sets the bound.
-            clean = self._get(impl, self.seeded(BASE))
-            after_kill = kill_bound(clean.outcome.wall_s, self.factor)
-        with FileLock(str(d) + ".lock"):
+            self._get(impl, self.seeded(BASE), ahead)
+        with self._turn(d, ahead):
             if not done.exists():
-                resume_dir = None
-                if spec.resume_from is not None:
-                    base_spec, step = spec.resume_from
-                    resume_dir = self._get(impl, base_spec).checkpoint(step)
-                argv = [*impl, "--out", str(d / "out"), *spec.flags(resume_dir)]
-                outcome = self._attempt(impl, argv, d, nemesis=spec.nemesis,
-                                        after_kill_s=after_kill, memory=spec.measure_memory)
-                if outcome.ended_by_the_box():
-                    spoiled = outcome
-                    outcome = self._attempt(impl, argv, d, alone=True, nemesis=spec.nemesis,
-                                            after_kill_s=after_kill,
-                                            memory=spec.measure_memory)
-                    outcome.earlier = [f"{by_the_box(spoiled)}: {spoiled.reason()}"]
-                    if outcome.ended_by_the_box():
-                        outcome.not_graded = out_of_memory(max(
-                            spoiled.peak_mb, outcome.peak_mb), self.mem_bytes) \
-                            if outcome.oom_kills else \
-                            starved(outcome)
-                outcome.save(done)
-                run = self._load(spec, d, outcome)
-                if run.observed is not None:
-                    write_trace(run, d / TIMELINE)
-                return run
+                return self._compute(impl, spec, d)
         return self._load(spec, d, Outcome.load(done))
+
+    @contextlib.contextmanager
+    def _turn(self, d: Path, ahead: bool) -> Iterator[None]:
+        """Hold the run's lock; while another worker holds it (computing the run), compute
+        planned runs that are ready, and wait only when none is left."""
+        lock = FileLock(str(d) + ".lock")
+        while True:
+            try:
+                lock.acquire(blocking=not (ahead and self.ahead))
+                break
+            except Timeout:
+                if (d / "outcome.json").exists() or not self._one_ahead():
+                    lock.acquire()
+                    break
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _one_ahead(self) -> bool:
+        """Compute the first planned run that nobody has started and whose inputs are there
+        (the clean run a kill's bound and a resume need; a resume's checkpoint); False when
+        there is none. Nothing is started after a clean run that did not finish: the tests
+        start nothing after it either (conftest's `run`)."""
+        for impl, spec in self.ahead:
+            done = self._done(impl, spec)
+            if done.exists() or not self._ready(impl, spec):
+                continue
+            lock = FileLock(str(done.parent) + ".lock")
+            try:
+                lock.acquire(blocking=False)
+            except Timeout:
+                continue  # another worker is computing it
+            try:
+                if not done.exists():
+                    self._compute(impl, spec, done.parent)
+            finally:
+                lock.release()
+            return True
+        return False
+
+    def _done(self, impl: tuple[str, ...], spec: RunSpec) -> Path:
+        """The file that says how the run ended, once it has."""
+        return self.root / spec.key(impl, self.cwd) / "outcome.json"
+
+    def _ready(self, impl: tuple[str, ...], spec: RunSpec) -> bool:
+        base = self._done(impl, self.seeded(BASE))
+        if base.exists() and not Outcome.load(base).finished():
+            return False
+        if spec.nemesis and spec.nemesis.startswith("kill") and not base.exists():
+            return False
+        if spec.resume_from is not None:
+            source, step = spec.resume_from
+            done = self._done(impl, source)
+            return done.exists() and (Outcome.load(done).finished()
+                                      or checkpoint_dir(done.parent / "out", step).is_dir())
+        return True
+
+    def _compute(self, impl: tuple[str, ...], spec: RunSpec, d: Path) -> Run:
+        """Run `spec` in `d` (its lock held) and save how it ended."""
+        after_kill = None
+        if spec.nemesis and spec.nemesis.startswith("kill"):  # the clean run's speed
+            clean = Outcome.load(self._done(impl, self.seeded(BASE)))  # sets the bound
+            after_kill = kill_bound(clean.wall_s, self.factor)
+        resume_dir = None
+        if spec.resume_from is not None:
+            base_spec, step = spec.resume_from
+            resume_dir = self._get(impl, base_spec, False).checkpoint(step)
+        argv = [*impl, "--out", str(d / "out"), *spec.flags(resume_dir)]
+        outcome = self._attempt(impl, argv, d, nemesis=spec.nemesis,
+                                after_kill_s=after_kill, memory=spec.measure_memory)
+        if outcome.ended_by_the_box():
+            spoiled = outcome
+            outcome = self._attempt(impl, argv, d, alone=True, nemesis=spec.nemesis,
+                                    after_kill_s=after_kill, memory=spec.measure_memory)
+            outcome.earlier = [f"{by_the_box(spoiled)}: {spoiled.reason()}"]
+            if outcome.ended_by_the_box():
+                outcome.not_graded = out_of_memory(max(
+                    spoiled.peak_mb, outcome.peak_mb), self.mem_bytes) \
+                    if outcome.oom_kills else \
+                    starved(outcome)
+        outcome.save(d / "outcome.json")
+        run = self._load(spec, d, outcome)
+        if run.observed is not None:
+            write_trace(run, d / TIMELINE)
+        return run
 
     def _load(self, spec: RunSpec, d: Path, outcome: Outcome) -> Run:
         observed = load_observation(Path(outcome.observe_dir)) if outcome.observe_dir else None
