@@ -169,7 +169,7 @@ def run_cache(pytestconfig: pytest.Config, shared_tmp: Path, impl: tuple[str, ..
     """Runs shared by every xdist worker of this session (never across sessions), with the
     runs the session's tests declare (`reads`) planned, for a worker that would wait."""
     cache = _run_cache(pytestconfig, shared_tmp / "capstone-runs", impl, warm_server)
-    cache.plan(impl, [s for item in request.session.items for s in declared_reads(item) or ()])
+    cache.plan(impl, [r for item in request.session.items if (r := declared_reads(item))])
     return cache
 
 

@@ -13,7 +13,7 @@ import hashlib
 import json
 import random
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -138,6 +138,11 @@ def nemesis_kill(seed: int, kind: str, world_size: int = BASE.world_size) -> Run
                    nemesis=f"killsave@15:{rank}")
 
 
+def kills(spec: RunSpec) -> bool:
+    """The suite kills a rank of this run (its bound follows the clean run's speed)."""
+    return (spec.nemesis or "").startswith("kill")
+
+
 def killed_by_the_suite(name: str) -> bool:
     """The run named so is one of `nemesis_kill`'s: it is meant not to finish."""
     return name.startswith("nemesis-kill")
@@ -217,12 +222,18 @@ class RunCache:
         self.timeout_s = timeout_s * self.factor
         self.watch = replace(watch, hang_after_s=watch.hang_after_s * self.factor,
                              after_kill_s=watch.after_kill_s * self.factor)
-        self.ahead: list[tuple[tuple[str, ...], RunSpec]] = []
+        # (impl, spec, whether a test reads it without reading the clean run first)
+        self.ahead: list[tuple[tuple[str, ...], RunSpec, bool]] = []
 
-    def plan(self, impl: tuple[str, ...], specs: Iterable[RunSpec]) -> None:
-        """The runs of `impl` this session's tests will read (their `reads` markers): a worker
-        that would wait for another's run starts the first of them that is ready instead."""
-        self.ahead = [(impl, self.seeded(s)) for s in longest_first(specs)]
+    def plan(self, impl: tuple[str, ...], reads: Iterable[Sequence[RunSpec]]) -> None:
+        """The runs of `impl` this session's tests will read, each test's in order (their
+        `reads` markers): a worker that would wait for another's run starts the first of them
+        that is ready instead. A run that every test reads only after the clean run waits
+        for that run to finish: after one that does not, the tests start nothing more."""
+        reads = [list(r) for r in reads]
+        free = {s for r in reads for s in (r[:r.index(BASE)] if BASE in r else r)}
+        self.ahead = [(impl, self.seeded(s), s in free or s == BASE)
+                      for s in longest_first(s for r in reads for s in r)]
 
     def _attempt(self, impl: tuple[str, ...], argv: list[str], d: Path,
                  alone: bool = False, nemesis: str | None = None,
@@ -258,7 +269,7 @@ class RunCache:
     def _get(self, impl: tuple[str, ...], spec: RunSpec, ahead: bool = True) -> Run:
         done = self._done(impl, spec)
         d = done.parent
-        if spec.nemesis and spec.nemesis.startswith("kill") and not done.exists():
+        if kills(spec) and not done.exists():
             # The clean run first (every kill check reads it anyway): its speed sets the bound.
             self._get(impl, self.seeded(BASE), ahead)
         with self._turn(d, ahead):
@@ -287,11 +298,12 @@ class RunCache:
     def _one_ahead(self) -> bool:
         """Compute the first planned run that nobody has started and whose inputs are there
         (the clean run a kill's bound and a resume need; a resume's checkpoint); False when
-        there is none. Nothing is started after a clean run that did not finish: the tests
-        start nothing after it either (conftest's `run`)."""
-        for impl, spec in self.ahead:
+        there is none. Nothing is started after a clean run that did not finish, and a run
+        the tests read only after it waits for it: the tests start nothing after it either
+        (conftest's `run`), so a broken program's grading makes no run in vain."""
+        for impl, spec, free in self.ahead:
             done = self._done(impl, spec)
-            if done.exists() or not self._ready(impl, spec):
+            if done.exists() or not self._ready(impl, spec, free):
                 continue
             lock = FileLock(str(done.parent) + ".lock")
             try:
@@ -310,11 +322,11 @@ class RunCache:
         """The file that says how the run ended, once it has."""
         return self.root / spec.key(impl, self.cwd) / "outcome.json"
 
-    def _ready(self, impl: tuple[str, ...], spec: RunSpec) -> bool:
+    def _ready(self, impl: tuple[str, ...], spec: RunSpec, free: bool) -> bool:
         base = self._done(impl, self.seeded(BASE))
         if base.exists() and not Outcome.load(base).finished():
             return False
-        if spec.nemesis and spec.nemesis.startswith("kill") and not base.exists():
+        if not base.exists() and (not free or kills(spec)):
             return False
         if spec.resume_from is not None:
             source, step = spec.resume_from
@@ -326,7 +338,7 @@ class RunCache:
     def _compute(self, impl: tuple[str, ...], spec: RunSpec, d: Path) -> Run:
         """Run `spec` in `d` (its lock held) and save how it ended."""
         after_kill = None
-        if spec.nemesis and spec.nemesis.startswith("kill"):  # the clean run's speed
+        if kills(spec):  # the clean run's speed
             clean = Outcome.load(self._done(impl, self.seeded(BASE)))  # sets the bound
             after_kill = kill_bound(clean.wall_s, self.factor)
         resume_dir = None
