@@ -1,7 +1,7 @@
 """A worker that would wait for a run another worker is computing starts a run the session's
 tests will read instead (runs.RunCache.plan, from their `reads` markers), so that neither of a
 grading's two workers stands idle; it starts none whose inputs are not there, and none after
-a clean run that did not finish. Every test that reads runs names them (`reads`)."""
+a clean run that did not finish. Every graded test names the runs it reads (`reads`)."""
 
 from __future__ import annotations
 
