@@ -53,27 +53,25 @@ def _span(cache: RunCache, spec: RunSpec) -> tuple[float, float] | None:
 
 
 def _wait_behind(tmp_path: Path, plan: list[list[RunSpec]], wanted: RunSpec = SLOW
-                 ) -> tuple[RunCache, float]:
+                 ) -> RunCache:
     """One worker computes `wanted`; a second asks for it while it runs, with `plan` (each
-    test's reads) planned. Returns the second worker's cache and how long its `get` took."""
+    test's reads) planned. Returns the second worker's cache."""
     first, second = _cache(tmp_path / "runs", tmp_path), _cache(tmp_path / "runs", tmp_path)
     second.plan(IMPL, plan)
     worker = threading.Thread(target=first.get, args=(IMPL, wanted))
     worker.start()
     while not (first.root / wanted.key(IMPL, first.cwd)).exists():  # the first holds it
         time.sleep(0.01)
-    t0 = time.monotonic()
     run = second.get(IMPL, wanted)
-    took = time.monotonic() - t0
     worker.join()
     assert run.outcome.returncode == 0  # the first worker's run, read by the second
-    return second, took
+    return second
 
 
 def test_a_waiting_worker_starts_a_planned_run_meanwhile(tmp_path):
     if contain.mode() != contain.NAMESPACES:  # runs go one at a time on the machine there
         pytest.skip(f"runs cannot overlap under {contain.mode()} containment")
-    cache, _ = _wait_behind(tmp_path, [[OTHER]])
+    cache = _wait_behind(tmp_path, [[OTHER]])
     slow, other = _span(cache, SLOW), _span(cache, OTHER)
     assert slow is not None and other is not None, "the planned run was not started ahead"
     # It ended before the awaited run did: started while waiting, not after (its start may
@@ -86,7 +84,7 @@ def test_nothing_is_started_ahead_after_a_clean_run_that_did_not_finish(tmp_path
     (tmp_path / "rc").write_text("1")
     assert _cache(tmp_path / "runs", tmp_path).get(IMPL, BASE).outcome.returncode == 1
     (tmp_path / "rc").unlink()
-    cache, _ = _wait_behind(tmp_path, [[OTHER]])
+    cache = _wait_behind(tmp_path, [[OTHER]])
     assert _span(cache, OTHER) is None, "a run was started after the clean run failed"
 
 
@@ -95,12 +93,12 @@ def test_a_run_read_only_after_the_clean_run_waits_for_it(tmp_path):
     is never read, so it is not started while the clean run runs; a run some test reads on
     its own is; and once the clean run has finished, the first one is too."""
     alone = RunSpec("alone", world_size=1, steps=2)
-    cache, _ = _wait_behind(tmp_path / "a", [[BASE, OTHER], [alone], [OTHER, BASE]], BASE)
+    cache = _wait_behind(tmp_path / "a", [[BASE, OTHER], [alone], [OTHER, BASE]], BASE)
     assert _span(cache, OTHER) is not None and _span(cache, alone) is not None
-    cache, _ = _wait_behind(tmp_path / "b", [[BASE, OTHER], [BASE, alone]], BASE)
+    cache = _wait_behind(tmp_path / "b", [[BASE, OTHER], [BASE, alone]], BASE)
     assert _span(cache, OTHER) is None and _span(cache, alone) is None, \
         "a run read only after the clean run was started while the clean run ran"
-    cache, _ = _wait_behind(tmp_path / "b", [[BASE, OTHER]])
+    cache = _wait_behind(tmp_path / "b", [[BASE, OTHER]])
     assert _span(cache, OTHER) is not None, "not started ahead once the clean run finished"
 
 
@@ -108,10 +106,10 @@ def test_a_run_is_not_started_ahead_before_its_inputs_are_there(tmp_path):
     """A resume whose source has not run, and a kill whose clean run (its bound) has not."""
     resume = RunSpec("resume", world_size=1, steps=2, resume_from=(OTHER, 1))
     kill = RunSpec("kill", world_size=1, steps=2, nemesis="kill@1:0")
-    cache, _ = _wait_behind(tmp_path, [[resume, kill]])
+    cache = _wait_behind(tmp_path, [[resume, kill]])
     assert _span(cache, resume) is None and _span(cache, kill) is None
     cache.get(IMPL, OTHER)  # its source finished now: ready, and started by the next wait
-    cache, _ = _wait_behind(tmp_path, [[resume]], replace(SLOW, name="slow2"))
+    cache = _wait_behind(tmp_path, [[resume]], replace(SLOW, name="slow2"))
     assert _span(cache, resume) is not None
 
 
