@@ -33,6 +33,7 @@ from tests.harness.run.runs import (
     RunCache,
     RunSpec,
     killed_by_the_suite,
+    resumable,
     timeline_of,
 )
 
@@ -257,7 +258,7 @@ def run(run_cache: RunCache, impl: tuple[str, ...], request: pytest.FixtureReque
             source, step = run_cache.get(impl, spec.resume_from[0]), spec.resume_from[1]
             if source.outcome.not_graded:
                 pytest.skip(f"{NOT_GRADED}{source.name} run: {source.outcome.not_graded}")
-            if not (source.outcome.finished() or source.checkpoint(step).is_dir()):
+            if not resumable(source.outcome, source.parsed.out, step):
                 stopped = source
         if stopped is not None:
             _not_checked(record_property, f"{spec.name} run not started", stopped)

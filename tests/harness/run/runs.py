@@ -170,6 +170,12 @@ def resumed_after(killed: RunSpec) -> RunSpec:
     return RunSpec(f"{killed.name}-resumed", resume_from=(killed, 10))
 
 
+def resumable(source: Outcome, out: Path, step: int) -> bool:
+    """A resume from `step` of the run that ended so, in `out`, can succeed: the run finished
+    or wrote that checkpoint. (One that cannot would fail as that run's consequence.)"""
+    return source.finished() or checkpoint_dir(out, step).is_dir()
+
+
 def nemesis_of(spec: RunSpec) -> tuple[str, int, int] | None:
     """(kind, step, rank) of a nemesis run's fault."""
     if not spec.nemesis:
@@ -281,7 +287,7 @@ class RunCache:
     def _turn(self, d: Path, ahead: bool) -> Iterator[None]:
         """Hold the run's lock; while another worker holds it (computing the run), compute
         planned runs that are ready, and wait only when none is left."""
-        lock = FileLock(str(d) + ".lock")
+        lock = _lock(d)
         while True:
             try:
                 lock.acquire(blocking=not (ahead and self.ahead))
@@ -305,7 +311,7 @@ class RunCache:
             done = self._done(impl, spec)
             if done.exists() or not self._ready(impl, spec, free):
                 continue
-            lock = FileLock(str(done.parent) + ".lock")
+            lock = _lock(done.parent)
             try:
                 lock.acquire(blocking=False)
             except Timeout:
@@ -331,8 +337,7 @@ class RunCache:
         if spec.resume_from is not None:
             source, step = spec.resume_from
             done = self._done(impl, source)
-            return done.exists() and (Outcome.load(done).finished()
-                                      or checkpoint_dir(done.parent / "out", step).is_dir())
+            return done.exists() and resumable(Outcome.load(done), done.parent / "out", step)
         return True
 
     def _compute(self, impl: tuple[str, ...], spec: RunSpec, d: Path) -> Run:
@@ -368,6 +373,11 @@ class RunCache:
         observed = load_observation(Path(outcome.observe_dir)) if outcome.observe_dir else None
         return Run(spec.name, spec.steps, spec.world_size, outcome,
                    parse_run(d / "out", spec.world_size), observed)
+
+
+def _lock(d: Path) -> FileLock:
+    """The lock of the run in `d`: whoever holds it computes the run, or reads it done."""
+    return FileLock(str(d) + ".lock")
 
 
 def timeline_of(run: Run) -> Path | None:
