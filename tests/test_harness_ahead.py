@@ -160,3 +160,20 @@ def test_every_graded_test_names_the_runs_it_reads():
         bare = [f.name for f in tests if not marked and not any(
             "reads" in ast.unparse(d) for d in f.decorator_list)]
         assert tests and not bare, f"{module.name}: no `reads` marker on {bare}"
+
+
+def test_a_run_is_read_once_per_process_and_anew_once_made_again(tmp_path, monkeypatch):
+    from tests.harness.run import runs
+
+    reads: list[Path] = []
+    parse = runs.parse_run
+    monkeypatch.setattr(runs, "parse_run", lambda out, n: (reads.append(out), parse(out, n))[1])
+    cache = _cache(tmp_path / "runs", tmp_path)
+    first = cache.get(IMPL, OTHER)
+    assert cache.get(IMPL, OTHER) is first and len(reads) == 1  # the tests' later reads
+    # Another worker's cache reads the run it did not make, once, too
+    other = _cache(tmp_path / "runs", tmp_path)
+    assert other.get(IMPL, OTHER) is other.get(IMPL, OTHER) and len(reads) == 2
+    (cache.root / OTHER.key(IMPL, cache.cwd) / "outcome.json").unlink()  # made again
+    again = cache.get(IMPL, OTHER)
+    assert again is not first and len(reads) == 3

@@ -43,12 +43,12 @@ import psutil
 from tests.harness.observe import crash
 from tests.harness.observe.traces import (
     OBSERVER_DIR,
+    ObservationReader,
     deadlocked,
-    load_observation,
     stacks,
     where_blocked,
 )
-from tests.harness.run import box, contain, stress, warm
+from tests.harness.run import box, bytecode, contain, stress, warm
 from tests.harness.run.contain import GRACE_S  # by name: Watch's field `contain` hides the module
 from tests.harness.run.procfs import live_processes
 
@@ -258,6 +258,7 @@ def observed_environment(observe_dir: Path | None) -> dict[str, str]:
     written, and (with `observe_dir`) the observer loaded, recording there. A warm start's
     fork server (tests/harness/run/warm.py) is set up the same way."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop(bytecode.PREFIX_VAR, None)  # nor reads the suite's (tests/harness/run/bytecode.py)
     if observe_dir is not None:
         observe_dir.mkdir(parents=True, exist_ok=True)
         env["CAPSTONE_OBSERVE_DIR"] = str(observe_dir)
@@ -374,13 +375,15 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         deadline = t0 + timeout_s
         wrappers = contain.wrapper_pids(proc.pid) if mode == contain.NAMESPACES else set()
         next_sample = t0 + MEMORY_SAMPLE_S / 2
+        # Each poll reads only what the run's processes wrote since the last one
+        reader = ObservationReader(observe_dir) if observe_dir is not None else None
         while proc.poll() is None:
             now = time.monotonic()
             if now >= next_sample:  # reading PSS walks the processes' page tables: not often
                 peak = max(peak, held_mb(proc.pid, wrappers, user[0] if user else None,
                                          mode == contain.NAMESPACES))
                 next_sample = now + MEMORY_SAMPLE_S
-            obs = load_observation(observe_dir) if observe_dir is not None else None
+            obs = reader.read() if reader is not None else None
             stuck = deadlocked(obs, time.time_ns(), watch.hang_after_s) \
                 if obs is not None and watch.hang_after_s > 0 else None
             if obs is not None and watch.nemesis.startswith("kill") and \
@@ -389,7 +392,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
             if stuck is not None or now >= deadline:
                 if obs is not None and observe_dir is not None:
                     _signal_stacks([p.pid for p in obs.processes], proc.pid, observe_dir)
-                    obs = load_observation(observe_dir)
+                    obs = reader.read() if reader is not None else obs
                     blocked, dumps = where_blocked(obs), stacks(obs)
                     if stuck is not None and now < deadline and not all(
                             p.open_call() for p in obs.ranks().values()):
@@ -423,7 +426,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         proc.wait()
     wall = time.monotonic() - t0
     ooms, pressure = box.oom_kills() - ooms_before, stress.since(stress_before)
-    seen = load_observation(observe_dir) if observe_dir is not None else None
+    seen = reader.read(final=True) if reader is not None else None
     reached = seen is not None and any(p.calls for p in seen.processes)
     sandbox: dict[str, Any] = {}
     if mode == contain.NAMESPACES and report.is_file():

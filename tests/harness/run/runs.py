@@ -230,6 +230,7 @@ class RunCache:
                              after_kill_s=watch.after_kill_s * self.factor)
         # (impl, spec, whether a test reads it without reading the clean run first)
         self.ahead: list[tuple[tuple[str, ...], RunSpec, bool]] = []
+        self._loaded: dict[tuple[Path, RunSpec, int], Run] = {}  # runs read (_load)
 
     def plan(self, impl: tuple[str, ...], reads: Iterable[Sequence[RunSpec]]) -> None:
         """The runs of `impl` this session's tests will read, each test's in order (their
@@ -370,9 +371,17 @@ class RunCache:
         return run
 
     def _load(self, spec: RunSpec, d: Path, outcome: Outcome) -> Run:
-        observed = load_observation(Path(outcome.observe_dir)) if outcome.observe_dir else None
-        return Run(spec.name, spec.steps, spec.world_size, outcome,
-                   parse_run(d / "out", spec.world_size), observed)
+        """The run in `d`, read once per process: its files do not change once it has
+        ended, and a grading's tests read each run 4-5 times (reading a run's traces and
+        files anew each time cost a grading ~1 CPU-s). The checks are pure: none changes
+        the Run it is given."""
+        key = (d, spec, outcome.ended_ns)  # a run made again (its outcome anew) is read anew
+        if key not in self._loaded:
+            observed = load_observation(Path(outcome.observe_dir)) \
+                if outcome.observe_dir else None
+            self._loaded[key] = Run(spec.name, spec.steps, spec.world_size, outcome,
+                                    parse_run(d / "out", spec.world_size), observed)
+        return self._loaded[key]
 
 
 def _lock(d: Path) -> FileLock:
