@@ -23,7 +23,7 @@ from tests.harness.platforms.session import Grading
 from tests.harness.report.grading import LIKELY, NOT_CHECKED, NOT_GRADED
 from tests.harness.report.pictures import KINDS, as_text, facts
 from tests.harness.report.plugin import SuiteReport, suite_seed
-from tests.harness.run import box, contain, stress, warm
+from tests.harness.run import box, bytecode, contain, stress, warm
 from tests.harness.run.runner import Watch
 from tests.harness.run.runs import (
     BASE,
@@ -44,6 +44,12 @@ REFERENCE_IMPL = (sys.executable, "-m", "capstone")
 # runs need (measured: the workers' CPU over a suite 36 -> 26 CPU-s). Set before any test
 # module imports torch; a value the user exported stays.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Where this environment writes no bytecode, the suite's own processes keep theirs outside the
+# tree (xdist workers and grading sessions inherit it; runs never see it): else each rewrites
+# the asserts of every test module anew (tests/harness/run/bytecode.py).
+_KEPT = bytecode.kept(os.environ)
+if _KEPT is not None:  # this process too: for the test modules it has still to import
+    sys.dont_write_bytecode, sys.pycache_prefix = False, str(_KEPT)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

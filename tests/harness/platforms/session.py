@@ -25,7 +25,7 @@ from tests.harness.report.grading import (
     grading_config,
     selected_exercises,
 )
-from tests.harness.run import box
+from tests.harness.run import box, bytecode
 
 ROOT = Path(__file__).resolve().parents[3]
 GRADED = ("test_invariant_*.py", "test_fault_rollback.py")
@@ -101,6 +101,7 @@ def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
     results.parent.mkdir(parents=True, exist_ok=True)
     results.unlink(missing_ok=True)
     env = dict(os.environ)
+    bytecode.kept(env)  # the session's own bytecode kept (never its runs')
     if g.grading_config is not None:
         env[CONFIG_VAR] = str(g.grading_config)
     log = log or results.with_suffix(".log")
