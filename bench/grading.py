@@ -17,6 +17,7 @@ ratio (issue 33's bound: 1.5x).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -24,7 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -48,41 +51,51 @@ def _lost(results: dict[str, object]) -> dict[str, object]:
     return {"lost": lost} if lost else {}
 
 
-def side_by_side(a: argparse.Namespace) -> int:
-    """This checkout and REV's, one grading each in turn (load falls on both alike)."""
+@contextlib.contextmanager
+def worktree(rev: str) -> Iterator[Path]:
+    """A temporary git worktree of `rev` (this venv runs it)."""
     with tempfile.TemporaryDirectory() as tmp:
         other = Path(tmp) / "other"
-        subprocess.run(["git", "worktree", "add", "--detach", str(other), a.against], cwd=ROOT,
+        subprocess.run(["git", "worktree", "add", "--detach", str(other), rev], cwd=ROOT,
                        check=True, capture_output=True)
-        checkouts = {"this checkout": ROOT, a.against: other}
-        walls: dict[tuple[str, str, str], list[float]] = {}
-        cpus: dict[tuple[str, str, str], list[float]] = {}
         try:
-            for _ in range(a.rounds):
-                for sub in a.submissions:
-                    for mode in a.containment:
-                        for name, path in checkouts.items():
-                            # The same submission, graded by each checkout's suite: its
-                            # capstone (the reference's) from that checkout too.
-                            env = {**os.environ, "PYTHONPATH": str(path)}
-                            cpu0 = children_cpu_s()
-                            proc = subprocess.run(
-                                [sys.executable, str(path / "bench" / "grading.py"),
-                                 str(sub.resolve()), "--containment", mode],
-                                cwd=path, env=env, capture_output=True, text=True)
-                            rows = [json.loads(ln) for ln in proc.stdout.splitlines()
-                                    if ln.startswith("{")]
-                            if proc.returncode or not rows:
-                                raise SystemExit(f"{name} failed to grade {sub}:\n"
-                                                 f"{proc.stderr[-2000:]}")
-                            row = {**rows[-1], "suite": name,
-                                   "cpu_s": round(children_cpu_s() - cpu0, 1)}
-                            walls.setdefault((sub.name, mode, name), []).append(row["wall_s"])
-                            cpus.setdefault((sub.name, mode, name), []).append(row["cpu_s"])
-                            print(json.dumps(row), flush=True)
+            yield other
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT,
                            capture_output=True)
+
+
+def grade_with(checkout: Path, sub: Path, mode: str, name: str,
+               extra: Sequence[str] = ()) -> dict[str, Any]:
+    """One grading of `sub` by the suite of `checkout` (its bench/grading.py, in a process of
+    its own), as a row: wall time, score, CPU of every process it made."""
+    # The same submission, graded by each checkout's suite: its capstone (the reference's)
+    # from that checkout too.
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    cpu0 = children_cpu_s()
+    proc = subprocess.run([sys.executable, str(checkout / "bench" / "grading.py"),
+                           str(sub.resolve()), "--containment", mode, *extra],
+                          cwd=checkout, env=env, capture_output=True, text=True)
+    rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode or not rows:
+        raise SystemExit(f"{name} failed to grade {sub}:\n{proc.stderr[-2000:]}")
+    return {**rows[-1], "suite": name, "cpu_s": round(children_cpu_s() - cpu0, 1)}
+
+
+def side_by_side(a: argparse.Namespace) -> int:
+    """This checkout and REV's, one grading each in turn (load falls on both alike)."""
+    walls: dict[tuple[str, str, str], list[float]] = {}
+    cpus: dict[tuple[str, str, str], list[float]] = {}
+    with worktree(a.against) as other:
+        checkouts = {"this checkout": ROOT, a.against: other}
+        for _ in range(a.rounds):
+            for sub in a.submissions:
+                for mode in a.containment:
+                    for name, path in checkouts.items():
+                        row = grade_with(path, sub, mode, name)
+                        walls.setdefault((sub.name, mode, name), []).append(row["wall_s"])
+                        cpus.setdefault((sub.name, mode, name), []).append(row["cpu_s"])
+                        print(json.dumps(row), flush=True)
     for sub in a.submissions:
         for mode in a.containment:
             here, there = (statistics.median(walls[(sub.name, mode, n)]) for n in checkouts)
@@ -125,6 +138,9 @@ def main() -> int:
     ap.add_argument("--against", metavar="REV", help="another revision, graded in turns")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--exercises", default="", help="e.g. tp,accum: with and without them")
+    ap.add_argument("--keep-runs", type=Path, metavar="DIR",
+                    help="keep the grading's runs in DIR (its pytest --basetemp), for "
+                         "bench/grading_floor.py to start them again bare")
     a = ap.parse_args()
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
     if a.against:
@@ -134,6 +150,8 @@ def main() -> int:
     # The entry is Gradescope's `python3 main.py`: this interpreter's, as tests.autograder's
     # rehearsal has it (outside the venv, PATH's python3 has no torch: every run would fail)
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    if a.keep_runs:
+        os.environ["PYTEST_ADDOPTS"] = f"--basetemp={a.keep_runs.resolve()}"
     for mode in a.containment:
         if mode == "namespaces":
             os.environ.pop(FORCE_VAR, None)
