@@ -1,11 +1,11 @@
 """PID 1 of a run's namespaces: set the run's world up, start the submission, report what
 outlived it, and end (the kernel then ends every process left in the PID namespace).
 
-`python -I nsinit.py --run DIR --report FILE -- ARGV...`, started by `unshare --pid --fork
+`python -I -S nsinit.py --run DIR --report FILE -- ARGV...`, started by `unshare --pid --fork
 --mount-proc --net --mount` (tests/harness/run/contain.py). It brings the loopback interface up
 (gloo finds no interface without it), gives the run a private /tmp (an overlay over the old
 one, its writes kept in a tmpfs at DIR/tmp) and /dev/shm, and makes every other path
-read-only, DIR excepted. Standard library only, and `-I`: it never loads the suite's observer
+read-only, DIR excepted. Standard library only, and `-I -S`: it never loads the suite's observer
 or anything of the submission's.
 """
 
