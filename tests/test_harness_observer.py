@@ -264,6 +264,28 @@ def test_the_memory_snapshot_walks_only_what_the_program_made(tmp_path):
     assert int(frozen) > 10_000 and seen == "True"
 
 
+def test_state_the_program_froze_itself_is_still_walked(tmp_path):
+    """gc.freeze() before forking ranks is Python's advice, and it takes what it freezes out
+    of gc.get_objects(): optimizer state frozen so (a replicated Adam's moments, say) is
+    still what the rank holds, and the snapshot counts it."""
+    program = (
+        "import gc, torch\n"
+        "w = torch.randn(4, requires_grad=True)\n"
+        "moments = [torch.zeros(50_000), torch.zeros(50_000)]  # 400 kB, frozen below\n"
+        "gc.freeze()\n"
+        "for _ in range(2):\n"
+        "    (w * 2).sum().backward()\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "observer"),
+               CAPSTONE_OBSERVE_DIR=str(tmp_path), CAPSTONE_OBSERVE_MEM="1,2")
+    subprocess.run([sys.executable, "-c", program], env=env, check=True, capture_output=True,
+                   timeout=60)
+    from tests.harness.observe.traces import load_observation
+
+    [p] = load_observation(tmp_path).processes
+    [held] = [m for m in p.memory if "persistent_bytes" in m]
+    assert held["same_storage_bytes"] >= 2 * 50_000 * 4, held
+
+
 
 SMALL_PROGRAM = """
 import torch, torch.distributed as dist

@@ -12,13 +12,40 @@ numpy arrays and bytearrays are not tracked by Python's collector, so they are f
 referents of the program's lists, dicts and objects and of every thread's running frames;
 and only where torch holds some tensor over memory it does not own (`torch.from_numpy`,
 `torch.frombuffer`): a program whose tensors are all torch's own pays nothing. A buffer that
-only a running function's local variable holds, or that no tensor views, is not seen.
+only a running function's local variable holds, or that no tensor views, is not seen. A
+tensor the program moved out of the collector's reach (gc.freeze) is still walked; a numpy
+array whose holders it froze is not seen.
 Nothing here keeps a buffer alive beyond the call; nothing is written.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+# Tensors the program moved out of the collector's reach with gc.freeze() (Python's advice
+# before forking ranks), by weak reference: gc.get_objects() no longer lists them, yet they
+# are the program's, and its optimizer state may be among them (`watch_freeze`).
+_FROZEN: list[Any] = []
+
+
+def watch_freeze(torch: Any) -> None:
+    """From now on, gc.freeze() first notes (weakly) every tensor it is about to freeze, so
+    that `reachable` still walks them; it then freezes as it always does. (The observer
+    freezes torch's own objects before this: they hold no state of the program's.)"""
+    import gc
+    import weakref
+
+    real = gc.freeze
+
+    def freeze() -> None:
+        for o in gc.get_objects():
+            if issubclass(type(o), torch.Tensor):
+                try:
+                    _FROZEN.append(weakref.ref(o))
+                except TypeError:
+                    continue
+        real()
+    gc.freeze = freeze
 
 
 def python_buffers(tracked: list[Any]) -> list[Any]:
@@ -185,6 +212,7 @@ def reachable(torch: Any, on_error: Any = None
             found[s.data_ptr()] = (s, s.nbytes())
 
     tracked = gc.get_objects()
+    tracked += [t for t in (ref() for ref in _FROZEN) if t is not None]
     for obj in tracked:
         if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: no __class__
             continue

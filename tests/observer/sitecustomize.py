@@ -788,7 +788,10 @@ def _imported_torch(torch: Any) -> None:
     process, whose storages are not the program's state."""
     import gc
 
+    import _observer_buffers
+
     gc.freeze()
+    _observer_buffers.watch_freeze(torch)  # what the program freezes itself is still walked
     _OBSERVER.patch_save(torch)
 
 
