@@ -50,6 +50,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 _KEPT = bytecode.kept(os.environ)
 if _KEPT is not None:  # this process too: for the test modules it has still to import
     sys.dont_write_bytecode, sys.pycache_prefix = False, str(_KEPT)
+    bytecode.prune(_KEPT)  # once per session: what earlier sessions' temporary copies left
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -62,3 +62,17 @@ def test_runs_write_no_bytecode_and_read_none_of_the_suites(monkeypatch: pytest.
     monkeypatch.delenv(bytecode.NO_WRITE_VAR, raising=False)
     env = observed_environment(None)
     assert bytecode.PREFIX_VAR not in env and env[bytecode.NO_WRITE_VAR] == "1"
+
+
+def test_bytecode_of_folders_that_are_gone_is_dropped(tmp_root: Path) -> None:
+    folder = bytecode.private_folder()
+    assert folder is not None
+    alive, gone = tmp_root / "copy-alive" / "tests", tmp_root / "copy-gone" / "tests"
+    alive.mkdir(parents=True)
+    for source in (alive, gone):  # as Python lays out bytecode under a prefix
+        mirror = folder / source.relative_to("/")
+        mirror.mkdir(parents=True)
+        (mirror / "mod.cpython-311.pyc").write_bytes(b"")
+    bytecode.prune(folder)
+    assert (folder / alive.relative_to("/") / "mod.cpython-311.pyc").is_file()
+    assert not (folder / gone.parent.relative_to("/")).exists()

@@ -11,6 +11,7 @@ Runs never get this: a run writes no bytecode and reads none of the suite's
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import MutableMapping
@@ -45,3 +46,16 @@ def kept(env: MutableMapping[str, str]) -> Path | None:
         del env[NO_WRITE_VAR]
         env[PREFIX_VAR] = str(folder)
     return folder
+
+
+def prune(folder: Path) -> None:
+    """Drop the bytecode of folders that no longer exist (the copies of the suite that the
+    autograder's tests grade from live in temporary folders: ~70 MB a session), so the
+    folder does not grow with every session. Another process may be writing to it: Python
+    writes each file whole or not at all, and a file that is gone is compiled again."""
+    for here, dirs, _ in os.walk(folder):
+        source = Path("/") / Path(here).relative_to(folder)
+        for d in list(dirs):
+            if not (source / d).is_dir():
+                shutil.rmtree(Path(here) / d, ignore_errors=True)
+                dirs.remove(d)
