@@ -15,6 +15,7 @@ from typing import cast
 
 import pytest
 
+from tests.harness.observe.parse import ParsedRun
 from tests.harness.platforms.session import graded_modules
 from tests.harness.report.grading import EXERCISES
 from tests.harness.run import contain
@@ -167,7 +168,11 @@ def test_a_run_is_read_once_per_process_and_anew_once_made_again(tmp_path, monke
 
     reads: list[Path] = []
     parse = runs.parse_run
-    monkeypatch.setattr(runs, "parse_run", lambda out, n: (reads.append(out), parse(out, n))[1])
+
+    def counted(out: Path, world_size: int) -> ParsedRun:
+        reads.append(out)
+        return parse(out, world_size)
+    monkeypatch.setattr(runs, "parse_run", counted)
     cache = _cache(tmp_path / "runs", tmp_path)
     first = cache.get(IMPL, OTHER)
     assert cache.get(IMPL, OTHER) is first and len(reads) == 1  # the tests' later reads

@@ -72,8 +72,11 @@ def test_a_poll_parses_only_what_was_written_since_the_last(tmp_path: Path,
                                                            ) -> None:
     parsed: list[bytes] = []
     take = TraceFile._take
-    monkeypatch.setattr(TraceFile, "_take", lambda self, line: (parsed.append(line),
-                                                                take(self, line))[1])
+
+    def counted(self: TraceFile, line: bytes) -> None:
+        parsed.append(line)
+        take(self, line)
+    monkeypatch.setattr(TraceFile, "_take", counted)
     path = tmp_path / "p41.jsonl"
     data = lines()
     path.write_bytes(data[:data.index(b'{"ev": "call"')])  # hello, init
