@@ -264,7 +264,7 @@ def read_process(path: Path) -> ProcessTrace | None:
 class ObservationReader:
     """A run's observe directory, read as the run goes: each `read` parses only what was
     written since the last (the runner polls a live run every 0.2 s; reading every file
-    whole each time cost a grading ~0.3 CPU-s)."""
+    whole each time cost a grading's pytest 0.6 of its 5.1 CPU-s, under cProfile)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
