@@ -256,11 +256,6 @@ class TraceFile:
             trace.state = rec
 
 
-def read_process(path: Path) -> ProcessTrace | None:
-    """One process's trace file, whole (a torn last line, from a kill mid-write, is skipped)."""
-    return TraceFile(path).update(final=True)
-
-
 class ObservationReader:
     """A run's observe directory, read as the run goes: each `read` parses only what was
     written since the last (the runner polls a live run every 0.2 s; reading every file
