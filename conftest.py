@@ -24,6 +24,7 @@ from tests.harness.report.grading import LIKELY, NOT_CHECKED, NOT_GRADED
 from tests.harness.report.pictures import KINDS, as_text, facts
 from tests.harness.report.plugin import SuiteReport, suite_seed
 from tests.harness.run import box, bytecode, contain, stress, warm
+from tests.harness.run.helpers import Helpers
 from tests.harness.run.runner import Watch
 from tests.harness.run.runs import (
     BASE,
@@ -76,6 +77,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--suite-seed", type=int, default=None,
                 help="seed added to every run's seed (default: 0, or a fresh one per grading "
                      "session under --grade-json, recorded in the grade file)")
+    g.addoption("--runs-at-once", type=int, default=1,
+                help="runs this pytest process computes at once: the tests' and N-1 helper "
+                     "threads' (a grading session's two CPUs without xdist workers; "
+                     "default 1)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -173,12 +178,15 @@ def undeclared(item: pytest.Item, spec: RunSpec) -> str:
 
 @pytest.fixture(scope="session")
 def run_cache(pytestconfig: pytest.Config, shared_tmp: Path, impl: tuple[str, ...],
-              warm_server: str, request: pytest.FixtureRequest) -> RunCache:
+              warm_server: str, request: pytest.FixtureRequest) -> Iterator[RunCache]:
     """Runs shared by every xdist worker of this session (never across sessions), with the
-    runs the session's tests declare (`reads`) planned, for a worker that would wait."""
+    runs the session's tests declare (`reads`) planned, for a worker that would wait, and
+    for the helper threads of --runs-at-once."""
     cache = _run_cache(pytestconfig, shared_tmp / "capstone-runs", impl, warm_server)
     cache.plan(impl, [r for item in request.session.items if (r := declared_reads(item))])
-    return cache
+    helpers = Helpers(cache, pytestconfig.getoption("runs_at_once") - 1)
+    yield cache
+    helpers.stop()
 
 
 @pytest.fixture(scope="session")

@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--entry", default="python3 main.py",
                     help="command that runs a submission, inside its folder")
     ap.add_argument("-j", "--jobs", type=int, default=1,
-                    help="students graded at once (default 1; each session then uses the "
-                         "xdist workers the box fits)")
+                    help="students graded at once (default 1; each session then makes the "
+                         "runs at once the box fits)")
     ap.add_argument("--run-timeout", type=float, default=30.0)
     ap.add_argument("--suite-seed", type=int, default=None,
                     help="the assignment's seed for the whole class (default: the one in "

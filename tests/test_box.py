@@ -83,7 +83,7 @@ def grade_one_run(box: cgbox.CgBox, tmp_path: Path, argv: list[str],
 
 def test_the_suite_reads_the_box_it_is_in_and_plans_for_it():
     probe = ("import json; from tests.harness.run import box; b = box.read_box(); "
-             "print(json.dumps([b.memory_limit_mb, b.cpu_quota, box.plan(b).workers, "
+             "print(json.dumps([b.memory_limit_mb, b.cpu_quota, box.plan(b).runs, "
              "box.process_cap_mb(b)]))")
     seen = {}
     for mb, cpus in ((768, 0.5), (3072, 2.0)):
@@ -91,7 +91,7 @@ def test_the_suite_reads_the_box_it_is_in_and_plans_for_it():
             out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                                  text=True, check=True, preexec_fn=b.enter).stdout
         seen[mb] = json.loads(out)
-    assert seen[768][:3] == [768, 0.5, 0]  # Gradescope's default: one run at a time
+    assert seen[768][:3] == [768, 0.5, 1]  # Gradescope's default: one run at a time
     assert seen[3072][:3] == [3072, 2.0, 2]
     assert 320 <= seen[768][3] < 768 - 250  # a process's cap leaves room for the session
 

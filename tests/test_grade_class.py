@@ -28,10 +28,10 @@ def test_a_class_of_broken_students_is_graded_and_resumed(tmp_path):
         (subs / name).mkdir(parents=True)
         (subs / name / "main.py").write_text(code)
     out = tmp_path / "grades"
-    # one process per student's session (workers=0): xdist inside a session is the grade-file
-    # tests' and the autograder's to show; here three sessions already go at once
+    # one run at a time in each student's session: two at once is the grade-file tests' and
+    # the autograder's to show; here three sessions already go at once
     g = Grading(entry=f"{sys.executable} main.py", run_timeout_s=0.5, suite_seed=0,
-                session_timeout_s=120, file_mb=4, workers=0)
+                session_timeout_s=120, file_mb=4, runs_at_once=1)
     grades = grade_class(subs, out, g, jobs=3, progress=False)
     assert set(grades) == set(STUDENTS) and all(r["score"] == 0 for r in grades.values())
     with open(out / "grades.csv") as f:
@@ -114,7 +114,7 @@ def test_an_export_graded_as_submitit_jobs_gives_each_member_the_groups_grade(tm
     pytest.importorskip("submitit", reason="the [class] extra (pip install -e '.[class]')")
     export = _export(tmp_path)
     g = Grading(entry=f"{sys.executable} main.py", run_timeout_s=0.5, suite_seed=0,
-                session_timeout_s=120, file_mb=4, workers=0)
+                session_timeout_s=120, file_mb=4, runs_at_once=1)
     here = grade_class(export, tmp_path / "here", g, progress=False)
     jobs = grade_class(export, tmp_path / "jobs", g, jobs=2, progress=False, executor="local")
     assert {k: v["score"] for k, v in jobs.items()} == {k: v["score"] for k, v in here.items()}

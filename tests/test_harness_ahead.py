@@ -182,3 +182,42 @@ def test_a_run_is_read_once_per_process_and_anew_once_made_again(tmp_path, monke
     (cache.root / OTHER.key(IMPL, cache.cwd) / "outcome.json").unlink()  # made again
     again = cache.get(IMPL, OTHER)
     assert again is not first and len(reads) == 3
+
+
+def test_a_helper_thread_computes_planned_runs_beside_the_tests(tmp_path):
+    """--runs-at-once 2: one pytest process, the tests' thread and a helper, two runs at once
+    (tests/harness/run/helpers.py). While the tests' thread computes the slow run it reads,
+    the helper computes the other planned run; the tests then read it without making it
+    again, and the helper ends once nothing planned is left."""
+    from tests.harness.run.helpers import Helpers
+
+    if contain.mode() != contain.NAMESPACES:
+        pytest.skip(f"runs cannot overlap under {contain.mode()} containment")
+    cache = _cache(tmp_path / "runs", tmp_path)
+    cache.plan(IMPL, [[SLOW], [OTHER]])
+    helpers = Helpers(cache, 1)
+    slow_run = cache.get(IMPL, SLOW)
+    helpers.stop()
+    assert slow_run.outcome.returncode == 0 and not helpers.errors
+    slow, other = _span(cache, SLOW), _span(cache, OTHER)
+    assert other is not None and slow is not None, "the helper did not compute the planned run"
+    assert other[1] < slow[1], f"the planned run ran at {other}, not beside the slow one"
+    before = (cache.root / OTHER.key(IMPL, cache.cwd) / "outcome.json").stat().st_mtime_ns
+    assert cache.get(IMPL, OTHER).outcome.returncode == 0
+    assert (cache.root / OTHER.key(IMPL, cache.cwd) / "outcome.json").stat().st_mtime_ns \
+        == before, "the tests made the helper's run again"
+    assert not cache.planned_left()
+
+
+def test_helpers_compute_nothing_after_a_clean_run_that_did_not_finish(tmp_path):
+    """The helpers keep the plan's rules: after a failed clean run they start nothing."""
+    from tests.harness.run.helpers import Helpers
+
+    (tmp_path / "rc").write_text("1")
+    cache = _cache(tmp_path / "runs", tmp_path)
+    cache.plan(IMPL, [[BASE, OTHER]])
+    helpers = Helpers(cache, 1)
+    assert cache.get(IMPL, BASE).outcome.returncode == 1
+    time.sleep(0.3)  # a helper that ignored the rule would have started OTHER by now
+    helpers.stop()
+    assert _span(cache, OTHER) is None, "a helper started a run after the clean run failed"

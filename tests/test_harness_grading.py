@@ -177,9 +177,9 @@ def test_exercises_are_graded_only_where_a_grading_selects_them(tmp_path, monkey
     assert selected_exercises(config) == ("accumulation",)
     monkeypatch.delenv(CONFIG_VAR, raising=False)
     assert selected_exercises() == ()
-    cmd = pytest_command(tmp_path / "r.json", Grading(grading_config=config, workers=1))
+    cmd = pytest_command(tmp_path / "r.json", Grading(grading_config=config, runs_at_once=1))
     assert any(c.endswith("test_exercise_accumulation.py") for c in cmd)
-    cmd = pytest_command(tmp_path / "r.json", Grading(workers=1))
+    cmd = pytest_command(tmp_path / "r.json", Grading(runs_at_once=1))
     assert not any("test_exercise_" in c for c in cmd)
 
 

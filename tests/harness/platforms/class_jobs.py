@@ -37,9 +37,9 @@ class JobResources:
 
     @property
     def mem_mb(self) -> int:
-        """Sized from what the suite measured: the session (pytest and its xdist workers)
-        and one run per worker at once, within the headroom the box planner keeps."""
-        return int(math.ceil(box.session_mb(2 if self.cpus >= 2 else 0) / 256) * 256)
+        """Sized from what the suite measured: the session (one pytest process) and the
+        runs it makes at once, within the headroom the box planner keeps."""
+        return int(math.ceil(box.session_mb(2 if self.cpus >= 2 else 1) / 256) * 256)
 
 
 def grade_one(folder: Path, out: Path, g: Grading) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def run_jobs(todo: list[tuple[str, Path, Path]], g: Grading, executor: str = "he
         return
     if executor == "here":
         if jobs > 1:
-            g = replace(g, workers=0)  # K sessions share the cores: no xdist inside each
+            g = replace(g, runs_at_once=1)  # K sessions share the cores: one run in each
         with ThreadPoolExecutor(max(1, jobs)) as pool:
             futures = {pool.submit(grade_one, f, o, g): n for n, f, o in todo}
             for fut in as_completed(futures):
@@ -81,9 +81,9 @@ def run_jobs(todo: list[tuple[str, Path, Path]], g: Grading, executor: str = "he
     ex.update_parameters(**params)
     # submitit's local executor starts every job at once: in waves of `jobs` here, as -j.
     wave = len(todo) if executor == "slurm" else max(1, jobs)
-    # A Slurm job has a box of its own (the session plans xdist workers in it); local jobs
-    # of one wave share this machine's cores.
-    g = replace(g, workers=None if executor == "slurm" or wave == 1 else 0)
+    # A Slurm job has a box of its own (the session plans its runs at once in it); local
+    # jobs of one wave share this machine's cores.
+    g = replace(g, runs_at_once=None if executor == "slurm" or wave == 1 else 1)
     for i in range(0, len(todo), wave):
         batch = todo[i:i + wave]
         submitted = ex.map_array(grade_one, [f for _, f, _ in batch], [o for _, _, o in batch],

@@ -44,7 +44,8 @@ class Grading:
 
     entry: str = "python3 main.py"
     run_timeout_s: float = 30.0
-    workers: int | None = None  # pytest-xdist workers of the session (None: what the box fits)
+    runs_at_once: int | None = None  # runs the session makes at once, in its one pytest
+    #                                  process (None: what the box fits)
     suite_seed: int | None = None  # None: a fresh seed per session
     session_timeout_s: float = 600.0  # the whole session, whatever the submission does
     grading_config: Path | None = None  # weights and visibility ($CAPSTONE_GRADING)
@@ -55,12 +56,12 @@ class Grading:
     #                                           grading file's "exercises", else none)
 
     def resolved(self) -> Grading:
-        """Workers and memory cap chosen for the box this machine is now."""
+        """Runs at once and memory cap chosen for the box this machine is now."""
         from dataclasses import replace
 
         b = box.read_box()
-        return replace(self, workers=box.plan(b).workers if self.workers is None
-                       else self.workers, mem_mb=self.mem_mb or box.process_cap_mb(b))
+        return replace(self, runs_at_once=box.plan(b).runs if self.runs_at_once is None
+                       else self.runs_at_once, mem_mb=self.mem_mb or box.process_cap_mb(b))
 
 
 def pytest_command(results: Path, g: Grading, root: Path = ROOT) -> list[str]:
@@ -74,8 +75,10 @@ def pytest_command(results: Path, g: Grading, root: Path = ROOT) -> list[str]:
            "--impl", g.entry, "--run-timeout", str(g.run_timeout_s),
            "--run-file-mb", str(g.file_mb), "--run-mem-mb", str(g.mem_mb),
            "--grade-json", str(results)]
-    if g.workers:
-        cmd += ["-n", str(g.workers)]
+    if g.runs_at_once and g.runs_at_once > 1:
+        # One pytest process and helper threads, not xdist workers: each worker is another
+        # pytest start (~0.9 CPU-s) and ~200 MB before the first run (helpers.py)
+        cmd += ["--runs-at-once", str(g.runs_at_once)]
     if g.suite_seed is not None:
         cmd += ["--suite-seed", str(g.suite_seed)]
     if not g.observe:

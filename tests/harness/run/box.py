@@ -5,8 +5,8 @@ A grader's box (Gradescope: Docker, 768 MB, half a CPU by default) is a cgroup. 
 limit and CPU quota are read from the cgroup files of this process (v1: memory.limit_in_bytes,
 cpu.cfs_quota_us/cpu.cfs_period_us; v2: memory.max, cpu.max), the tightest along the path to
 the root, and combined with what Linux reports (CPUs this process may use, available memory).
-`plan()` turns that into how many runs may go at once and how many pytest-xdist workers a
-grading session gets, from what a run really takes (`RUN_MB_GUESS` until one was measured).
+`plan()` turns that into how many runs a grading session makes at once, from what a run
+really takes (`RUN_MB_GUESS` until one was measured).
 
 OOM kills are counted where the kernel counts them: the cgroups' `oom_kill` (v1
 memory.oom_control, v2 memory.events) and /proc/vmstat's machine-wide `oom_kill`. A run that
@@ -31,10 +31,9 @@ VMSTAT = Path("/proc/vmstat")  # the machine's counters
 # processes) until the session measured one: the reference measures ~240 MB (forked ranks
 # share torch's pages), a spawn-style submission ~600 MB (each rank imports torch itself).
 RUN_MB_GUESS = 600.0
-# What the grading session itself holds: the pytest controller (torch imported to read
-# shards) and, per xdist worker, one more interpreter of the same kind.
+# What the grading session itself holds: its one pytest process (it reads shards without
+# torch) with the runs it has read; helper threads, not xdist workers, make its runs at once.
 SUITE_MB = 250.0
-WORKER_MB = 200.0
 HEADROOM = 0.85  # plan within this share of the memory left, for the kernel and page cache
 # Memory one process of a run may allocate (RLIMIT_DATA) when grading: a rank of the
 # reference holds ~245 MB of private data, a spawned rank ~260 MB. In a box it is lowered to
@@ -199,24 +198,24 @@ def oom_kills() -> int:
 class Plan:
     """How a grading session uses its box."""
 
-    workers: int  # pytest-xdist workers (0: the controller runs the tests, one run at a time)
+    runs: int  # runs at once: the session's pytest process and its helper threads compute
+    #            them (tests/harness/run/helpers.py), no xdist workers
     run_mb: float  # what one run was taken to need
     why: str
 
 
 def plan(box: Box, run_mb: float = RUN_MB_GUESS) -> Plan:
-    """Two xdist workers (two runs at once) where two CPUs' worth of quota and the memory of
-    two runs beside the session fit in the box; else none, and runs go one at a time."""
-    workers = 2 if box.cores >= 1.75 and box.memory_mb >= session_mb(2, run_mb) else 0
-    why = (f"{box.describe()}: {workers or 'no'} xdist workers, "
-           f"{2 if workers else 1} run(s) of ~{run_mb:.0f} MB at once")
-    return Plan(workers, run_mb, why)
+    """Two runs at once where two CPUs' worth of quota and the memory of two runs beside
+    the session fit in the box; else one at a time."""
+    runs = 2 if box.cores >= 1.75 and box.memory_mb >= session_mb(2, run_mb) else 1
+    why = f"{box.describe()}: {runs} run(s) of ~{run_mb:.0f} MB at once"
+    return Plan(runs, run_mb, why)
 
 
-def session_mb(workers: int, run_mb: float = RUN_MB_GUESS) -> float:
-    """The memory a grading session with `workers` xdist workers needs: itself, its workers
-    and one run per worker at once (one without workers), within the planner's headroom."""
-    return (SUITE_MB + workers * WORKER_MB + max(1, workers) * run_mb) / HEADROOM
+def session_mb(runs: int, run_mb: float = RUN_MB_GUESS) -> float:
+    """The memory a grading session making `runs` runs at once needs: its one pytest
+    process and those runs, within the planner's headroom."""
+    return (SUITE_MB + max(1, runs) * run_mb) / HEADROOM
 
 
 def process_cap_mb(box: Box, wanted: float = PROCESS_MB) -> int:
@@ -227,10 +226,10 @@ def process_cap_mb(box: Box, wanted: float = PROCESS_MB) -> int:
 
 
 class MemoryBudget:
-    """A memory semaphore shared by the xdist workers of a session (a file lock and a JSON
-    file of reservations): a run starts when its estimate fits beside the runs under way.
-    A run never waits for itself: the first one always starts. `exclusive` waits until no
-    other run is under way and keeps the others out: a rerun alone."""
+    """A memory semaphore shared by the xdist workers and helper threads of a session (a file
+    lock and a JSON file of reservations): a run starts when its estimate fits beside the
+    runs under way. A run never waits for itself: the first one always starts. `exclusive`
+    waits until no other run is under way and keeps the others out: a rerun alone."""
 
     def __init__(self, directory: Path, capacity_mb: float) -> None:
         from filelock import FileLock

@@ -1,5 +1,6 @@
 """Which runs the suite asks for, and a cache that computes each distinct run once per
-session, shared by every pytest-xdist worker through a file lock.
+session, shared by every pytest-xdist worker and helper thread (helpers.py) through a file
+lock.
 
 Runs start only when they fit in the box beside the runs under way (tests/harness/run/box.py). A
 run that failed while the kernel's OOM killer struck is the box's doing, not the
@@ -294,7 +295,7 @@ class RunCache:
                 lock.acquire(blocking=not (ahead and self.ahead))
                 break
             except Timeout:
-                if (d / "outcome.json").exists() or not self._one_ahead():
+                if (d / "outcome.json").exists() or not self.one_ahead():
                     lock.acquire()
                     break
         try:
@@ -302,7 +303,11 @@ class RunCache:
         finally:
             lock.release()
 
-    def _one_ahead(self) -> bool:
+    def planned_left(self) -> bool:
+        """Some planned run has not ended yet (tests/harness/run/helpers.py)."""
+        return any(not self._done(impl, spec).exists() for impl, spec, _ in self.ahead)
+
+    def one_ahead(self) -> bool:
         """Compute the first planned run that nobody has started and whose inputs are there
         (the clean run a kill's bound and a resume need; a resume's checkpoint); False when
         there is none. Nothing is started after a clean run that did not finish, and a run
