@@ -2,7 +2,8 @@
 them, and what the suite infers from a run must hold for each. P is what the ranks'
 backward passes differentiate (a flat shard kept as an nn.Parameter is not the model's); the
 optimizer state is found wherever Python holds it (numpy too); a crash's cause is told once,
-by the rank's own exception or the suite's kill, whatever the launcher.
+by the rank's own exception or the suite's kill, whatever the launcher; state a program froze
+out of the collector's sight (`gc.freeze()`) is still found.
 
 Every program of the corpus is graded on every check under `-m styles` (minutes: a few runs
 each, spawn-style and torchrun launchers start torch once per rank), and on the lesson's
@@ -27,7 +28,7 @@ from tests.harness.run.runs import BASE, nemesis_kill, nemesis_of
 
 STYLES = Path(__file__).resolve().parent / "styles"
 CORPUS = ("flat_parameter", "optimizer_class", "process_spawn", "subprocess_ranks",
-          "torchrun_ranks", "ddp_hook", "dtensor_heads")
+          "torchrun_ranks", "ddp_hook", "dtensor_heads", "frozen_state")
 # The lesson's exercises each program does (every one accumulates; ddp_hook rejects
 # --tensor-parallel: DDP over a data-parallel group beside head parallelism is not written)
 EXERCISES_DONE = {name: ("accumulation", "tensor_parallel") for name in CORPUS} | {
@@ -66,6 +67,20 @@ def test_moments_kept_whole_in_numpy_are_found(reference_only, run_cache):
     where the state lives and by the memory it keeps."""
     found = evaluate(lambda spec: run_cache.get(style("optimizer_class", "numpy_moments"),
                                                 spec), ("zero1_memory",))["zero1_memory"]
+    assert any(v.invariant == "zero1_memory" and "exp_avg" in str(v.expected) + v.message
+               for v in found), summarize(found)
+    assert WHOLE_HINT in " ".join(diagnose("zero1_memory", found)), summarize(found)
+
+
+@pytest.mark.long
+def test_moments_kept_whole_and_frozen_out_of_the_collectors_sight_are_found(reference_only,
+                                                                             run_cache):
+    """frozen_state.py frozen_whole: full-size moments in torch tensors that `gc.freeze()`
+    took out of `gc.get_objects()`, views of the rank's slice stepped, copies saved: caught
+    by where the state lives and by the memory it keeps (the observer notes what a program
+    freezes). frozen_state.py itself, frozen the same way, passes every check (styles tier)."""
+    found = evaluate(lambda spec: run_cache.get(style("frozen_state", "frozen_whole"), spec),
+                     ("zero1_memory",))["zero1_memory"]
     assert any(v.invariant == "zero1_memory" and "exp_avg" in str(v.expected) + v.message
                for v in found), summarize(found)
     assert WHOLE_HINT in " ".join(diagnose("zero1_memory", found)), summarize(found)
