@@ -5,10 +5,13 @@ own starts cold."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.harness.observe.traces import load_observation
@@ -145,3 +148,53 @@ def test_a_process_that_ends_while_the_run_is_measured_holds_nothing(monkeypatch
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_run_far_below_the_box_is_measured_by_its_resident_sizes():
+    """Forked children share their parent's pages: the sum of their resident sizes (statm,
+    cheap) is a bound above the PSS (smaps_rollup, a walk of each page table). held_mb gives
+    that bound only where it is below `exact_above_mb`, and the exact PSS elsewhere."""
+    import subprocess
+
+    from tests.harness.run import runner
+
+    # 64 MB of the parent's pages, shared by 3 forked children that only sleep
+    code = ("import os, time; b = bytearray(64 << 20); b[::4096] = b'x' * len(b[::4096])\n"
+            "for _ in range(3):\n    if os.fork() == 0:\n        time.sleep(30); os._exit(0)\n"
+            "time.sleep(30)")
+    leader = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while len(psutil.Process(leader.pid).children()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        exact = runner.held_mb(leader.pid, set())
+        bound = runner.held_mb(leader.pid, set(), exact_above_mb=10_000)
+        below = runner.held_mb(leader.pid, set(), exact_above_mb=50)
+    finally:
+        for child in psutil.Process(leader.pid).children():
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        leader.kill()
+        leader.wait()
+    # The processes below the leader: its 3 children, 3/4 of the shared 64 MB by their PSS,
+    # all of it in each by their resident sizes
+    assert 0.75 * 64 <= exact < 0.75 * 64 + 16, exact
+    assert bound >= 3 * 64, bound
+    assert abs(below - exact) < 8, (below, exact)  # over the threshold: the PSS
+
+
+def test_in_a_box_short_of_memory_every_run_is_measured_exactly(tmp_path, monkeypatch):
+    """The run cache gives the runner a threshold from the box's memory budget: in
+    Gradescope's 768 MB box it is below what any run's processes hold (one interpreter
+    holds more), so every run's peak is its PSS there; on a roomy machine it is not."""
+    from tests.harness.run import box
+    from tests.harness.run.runs import RunCache
+
+    small = box.Box(768.0, 0.5, 2, 700.0, "v1")
+    roomy = box.Box(None, None, 2, 20_000.0, "none")
+    monkeypatch.setattr(box, "read_box", lambda: small)
+    monkeypatch.setattr("tests.harness.run.stress.in_a_box", lambda: False)
+    assert RunCache(tmp_path / "a", 30, tmp_path, None, None).watch.exact_above_mb < 100
+    monkeypatch.setattr(box, "read_box", lambda: roomy)
+    assert RunCache(tmp_path / "b", 30, tmp_path, None, None).watch.exact_above_mb > 2000

@@ -35,6 +35,10 @@ RUN_MB_GUESS = 600.0
 # torch) with the runs it has read; helper threads, not xdist workers, make its runs at once.
 SUITE_MB = 250.0
 HEADROOM = 0.85  # plan within this share of the memory left, for the kernel and page cache
+# A run whose processes' resident sizes sum to less than this share of the memory budget is
+# measured by that sum (runner.held_mb), not by the exact PSS: 8 such runs fit even so, and
+# in a box where memory is short (768 MB: 81 MB) every run is measured exactly.
+CHEAP_SHARE = 1 / 8
 # Memory one process of a run may allocate (RLIMIT_DATA) when grading: a rank of the
 # reference holds ~245 MB of private data, a spawned rank ~260 MB. In a box it is lowered to
 # what the box can give one process beside the session, so that a submission that allocates

@@ -219,7 +219,8 @@ class RunCache:
         self.watch = watch
         self.seed = seed  # added to every run's seed: a grading session's own data and init
         root.mkdir(parents=True, exist_ok=True)
-        self.budget = box.MemoryBudget(root, box.read_box().memory_mb * box.HEADROOM)
+        capacity_mb = box.read_box().memory_mb * box.HEADROOM
+        self.budget = box.MemoryBudget(root, capacity_mb)
         # The bound follows the box: half a CPU is not judged by a full CPU's clock.
         found = stress.probe(root, mem_bytes // 2**20 if mem_bytes else None) \
             if stress.in_a_box() else {"startup_s": 0.0}
@@ -228,7 +229,8 @@ class RunCache:
             self.mem_bytes = int(found["cap_mb"]) * 2**20
         self.timeout_s = timeout_s * self.factor
         self.watch = replace(watch, hang_after_s=watch.hang_after_s * self.factor,
-                             after_kill_s=watch.after_kill_s * self.factor)
+                             after_kill_s=watch.after_kill_s * self.factor,
+                             exact_above_mb=capacity_mb * box.CHEAP_SHARE)
         # (impl, spec, whether a test reads it without reading the clean run first)
         self.ahead: list[tuple[tuple[str, ...], RunSpec, bool]] = []
         self._loaded: dict[tuple[Path, RunSpec, int], Run] = {}  # runs read (_load)
