@@ -13,6 +13,7 @@ acquire waits as another process's would).
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ class Helpers:
     def __init__(self, cache: RunCache, count: int) -> None:
         self.cache = cache
         self._stop = threading.Event()
-        self.errors: list[BaseException] = []
+        self.errors: list[Exception] = []
         self._threads = [threading.Thread(target=self._work, name=f"run-helper-{i}",
                                           daemon=True) for i in range(count)]
         for t in self._threads:
@@ -46,7 +47,11 @@ class Helpers:
 
     def stop(self) -> None:
         """Start no more runs; wait for the ones the helpers are computing (each within its
-        run bound) so that no run outlives the session."""
+        run bound) so that no run outlives the session. A helper's error is told as a
+        warning: the tests made its runs themselves."""
         self._stop.set()
         for t in self._threads:
             t.join()
+        for e in self.errors:
+            warnings.warn(f"a run helper stopped ({e!r}): the tests made its runs",
+                          stacklevel=2)
