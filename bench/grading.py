@@ -1,6 +1,6 @@
 """Grading one submission on this machine, as the autograder and grade_class grade it
 (`tests.harness.platforms.session.grade`: the graded modules in a pytest session of their own, the
-xdist workers the box fits, `--run-timeout 30`), per containment: namespaces where unshare is
+runs at once the box fits, `--run-timeout 30`), per containment: namespaces where unshare is
 allowed, and the run-user containment (as in a Docker grader that refuses unshare).
 
     python bench/grading.py [SUBMISSION_DIR ...] [--containment namespaces run-user]

@@ -4,7 +4,7 @@ grade while it starts these runs cold (issue 34: a grading at the speed of its r
 Each round, this checkout grades the submission (bench/grading.py, namespaces) and keeps its
 runs; then every run the grading made is started again from the command its outcome recorded,
 bare (no pytest, observer, namespaces or memory walks, no checks), two at a time as the
-grading's two workers, in the order the grading started them. With --against REV, REV's suite
+grading makes them, in the order the grading started them. With --against REV, REV's suite
 grades the same submission in the same round.
 
     python bench/grading_floor.py [SUBMISSION_DIR] [--against REV] [--rounds 3]
