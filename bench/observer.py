@@ -65,6 +65,8 @@ def main() -> None:
             suites[observe].append(suite(observe))
     result = {}
     for label, data in (("base run", runs), ("pytest -n 2 -k invariant", suites)):
+        if not data[True]:  # --repeat 0 or --suite-repeat 0: not measured
+            continue
         on, off = statistics.median(data[True]), statistics.median(data[False])
         result[label] = {"observed_s": on, "unobserved_s": off, "ratio": on / off}
         print(f"{label:<28} observed {on:6.2f} s   unobserved {off:6.2f} s   "
