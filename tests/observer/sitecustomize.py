@@ -26,6 +26,9 @@ What it records, and from where:
   (`_observer_state.py`): where the optimizer state lives;
 - on SIGUSR1 (sent by the runner to a hung run) `faulthandler` dumps every thread's stack.
 
+What a call carries is read by `_observer_calls.py`, what a backward computes on by
+`_observer_backward.py`, the buffers Python can reach by `_observer_buffers.py`.
+
 It must not change what a run computes: it reads tensors' sizes and storages, and the bytes
 of data a rank sends by hand (all-to-all, sends) to fingerprint them (a piece forwarded or sent
 to many peers is counted once); it never writes a tensor and keeps none alive (storages and
@@ -51,6 +54,10 @@ _OPS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tens
         "reduce_scatter_single", "all_to_all", "all_to_all_single", "barrier",
         "monitored_barrier", "send", "recv", "isend", "irecv", "gather", "scatter",
         "broadcast_object_list", "gather_object", "scatter_object_list", "batch_isend_irecv")
+# The observer's own modules beside this file, imported by `_install` (only a process that is
+# observed loads them): what a call carries, what a backward computes on.
+_calls: Any = None
+_backward: Any = None
 _FR_KEYS = ("profiling_name", "input_sizes", "output_sizes", "input_dtypes",
             "collective_seq_id", "pg_id", "is_p2p", "time_created_ns", "state")
 
@@ -162,10 +169,10 @@ class _Observer:
 
                         signature.append(inspect.signature(fn))
                     bound = signature[0].bind_partial(*args, **kwargs).arguments
-                    record = _describe(op, bound)
+                    record = _calls.describe(op, bound)
                     if self.steps == 1:  # step 1's gradient is what exercise 2 compares
-                        record.update(_digest(op, bound))
-                    if op in _BY_HAND:
+                        record.update(_calls.digest(op, bound))
+                    if op in _calls.BY_HAND:
                         record["fresh"] = self.fresh(op, bound)
                 except Exception as e:  # never let the observer break the call
                     record = {"op": op, "describe_error": repr(e)[:200]}
@@ -192,10 +199,10 @@ class _Observer:
         for ref in self.pending:  # receives completed by now (a send follows their wait)
             t = ref()
             if t is not None:
-                self.step_data.add(_fingerprint(t))
+                self.step_data.add(_calls.fingerprint(t))
         self.pending = []
         if op == "all_to_all_single":
-            chunks = _chunks(bound.get("input"), bound.get("input_split_sizes"))
+            chunks = _calls.chunks(bound.get("input"), bound.get("input_split_sizes"))
         elif op == "all_to_all":
             chunks = list(bound.get("input_tensor_list") or [])
         elif op == "batch_isend_irecv":
@@ -212,7 +219,7 @@ class _Observer:
         for j, t in enumerate(chunks):
             if t is None or j == own or not t.numel():
                 continue
-            key = _fingerprint(t)
+            key = _calls.fingerprint(t)
             if key not in self.step_data:
                 self.step_data.add(key)
                 total += t.numel()
@@ -315,8 +322,8 @@ class _Observer:
                         args = (args[0], inputs, *args[2:])
                     else:
                         kwargs = {**kwargs, "inputs": inputs}
-                record.update(_work(root, inputs, first=self.backwards == 1))
-                record.update(_loss(root))
+                record.update(_backward.work(root, inputs, first=self.backwards == 1))
+                record.update(_backward.loss(root))
             except Exception as e:
                 record["work_error"] = repr(e)[:200]
             self.emit(record)
@@ -342,7 +349,7 @@ class _Observer:
                 self.local.in_backward = False
             if self.check_grads:
                 self.emit({"ev": "grads", "n": self.backwards, "step": self.steps,
-                           "finite": _finite_grads(result)})
+                           "finite": _backward.finite_grads(result)})
             return result
         return observed
 
@@ -539,223 +546,6 @@ class _Held:
         return self.ref() is None if self.ref is not None else self.where not in self.live
 
 
-def _tensors(value: object) -> list[Any]:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
-
-# Arguments that receive a collective's result, where their names do not start with
-# "output": all_gather(tensor_list, tensor) gathers into its list, gather into its
-# gather_list, scatter(tensor, scatter_list) into its tensor. (A receive's buffer stays its
-# size: what it waits for.)
-_OUTPUTS = {"all_gather": ("tensor_list",), "gather": ("gather_list",), "scatter": ("tensor",)}
-
-
-def _describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
-    """op, group, dtypes and element counts of one call, from its bound arguments."""
-    import torch
-    import torch.distributed as dist
-
-    ins, outs, dtypes, nonfinite = 0, 0, [], False
-    for name, value in bound.items():
-        if name == "p2p_op_list":  # batch_isend_irecv: sends in, receives out
-            for o in value or []:
-                sent = getattr(o.op, "__name__", "") == "isend"
-                ins, outs = ins + sent * o.tensor.numel(), outs + (not sent) * o.tensor.numel()
-                dtypes.append(str(o.tensor.dtype).removeprefix("torch."))
-            continue
-        tensors = _tensors(value)
-        n = sum(t.numel() for t in tensors)
-        if name.startswith("output") or name in _OUTPUTS.get(op, ()):
-            outs += n
-        else:
-            ins += n
-            # Data the rank puts in (a receive's or broadcast's buffer is not data yet).
-            nonfinite = nonfinite or (op not in _RECEIVING and any(
-                t.is_floating_point() and not bool(torch.isfinite(t).all()) for t in tensors))
-        dtypes += [str(t.dtype).removeprefix("torch.") for t in tensors[:1]]
-    group = bound.get("group")
-    try:
-        ranks = dist.get_process_group_ranks(group) if group is not None else \
-            list(range(dist.get_world_size()))
-    except Exception:
-        ranks = []
-    small = [t for t in _tensors(bound.get("tensor")) if t.is_floating_point()]
-    record = {"op": op, "numel_in": ins, "numel_out": outs, "dtypes": dtypes,
-              **({"nonfinite": True} if nonfinite else {}),
-              # A few numbers reduced (a loss, a norm, a guard's flag): what the guard reads.
-              **({"values": [float(x) for x in small[0].detach().reshape(-1).tolist()]}
-                 if op in _REDUCING and len(small) == 1 and small[0].numel() <= 4 else {}),
-              "group": ranks, "async": bool(bound.get("async_op")) or op in ("isend", "irecv")}
-    for key in ("src", "dst", "group_src", "group_dst"):
-        if bound.get(key) is not None:
-            record["peer"] = f"{key}={bound[key]}"
-    return record
-
-
-_REDUCING = ("all_reduce", "reduce")
-# Calls whose input may be a gradient on its way to a reduction (a reduce-scatter written as
-# an all-to-all too): a digest of what the rank puts in during the first training step, to
-# compare its gradient between two runs (the exercise's micro-batches against one batch)
-# without keeping the tensor; later steps pay nothing for it.
-_GRADIENT_IN = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor",
-                "all_to_all", "all_to_all_single")
-_DIGEST_MIN = 1024  # elements: a gradient, not a loss, a norm or a guard's flag
-_SAMPLES = 16
-
-
-def _digest(op: str, bound: dict[str, Any]) -> dict[str, Any]:
-    """For a reduction's floating input of a gradient's size: its sum, its sum of squares
-    (float64) and _SAMPLES elements at evenly spaced positions; else nothing."""
-    import torch
-
-    if op not in _GRADIENT_IN:
-        return {}
-    name = "input" if op in ("reduce_scatter_tensor", "all_to_all_single") else (
-        "input_list" if op == "reduce_scatter" else "input_tensor_list" if op == "all_to_all"
-        else "tensor")
-    parts = [t for t in _tensors(bound.get(name)) if t.is_floating_point()]
-    n = sum(t.numel() for t in parts)
-    if n < _DIGEST_MIN:
-        return {}
-    with torch.no_grad():
-        flat = torch.cat([t.detach().reshape(-1) for t in parts]).to(torch.float64)
-        picks = flat[torch.linspace(0, n - 1, _SAMPLES).long()]
-        return {"digest": {"n": n, "sum": float(flat.sum()), "sq": float(flat.square().sum()),
-                           "sample": [float(v) for v in picks.tolist()]}}
-_RECEIVING = ("recv", "irecv", "broadcast", "broadcast_object_list")
-_BY_HAND = ("all_to_all", "all_to_all_single", "send", "isend", "batch_isend_irecv")
-_INDEX_NODES = ("EmbeddingBackward", "IndexBackward", "NllLossBackward", "NllLoss2DBackward",
-                "GatherBackward", "EmbeddingBagBackward")
-_INDEX_FIELDS = ("_saved_indices", "_saved_target", "_saved_index", "_saved_offsets")
-
-
-def _fingerprint(t: Any) -> int:
-    """A checksum of a tensor's bytes (read, never written)."""
-    import zlib
-
-    import torch
-
-    data = t.detach().reshape(-1).contiguous().view(torch.uint8).numpy()
-    return zlib.crc32(memoryview(data)) ^ (t.numel() << 32)
-
-
-def _chunks(t: Any, splits: Any) -> list[Any]:
-    if t is None:
-        return []
-    import torch.distributed as dist
-
-    n = dist.get_world_size()
-    sizes = list(splits) if splits else [t.size(0) // n] * n
-    return list(t.split(sizes)) if sum(sizes) == t.size(0) else []
-
-
-def _local(t: Any) -> Any:
-    """A DTensor's shard on this rank (what the rank holds), else the tensor."""
-    local = getattr(t, "_local_tensor", None)
-    return local if local is not None else t
-
-
-def _crc(t: Any) -> int:
-    import zlib
-
-    import torch
-
-    data = t.detach().contiguous().view(torch.uint8).numpy()
-    return zlib.crc32(memoryview(data))
-
-
-def _slices(leaves: list[Any]) -> list[dict[str, Any]]:
-    """Of the 2-D floating leaves a process's first backward differentiates (a DTensor's
-    local shard): shape and a checksum of each row and each column. Another run's leaves
-    hold the same rows or columns when this one holds a slice of them (tensor
-    parallelism's heads), found by these checksums."""
-    import zlib
-
-    import numpy as np
-    import torch
-
-    out = []
-    for leaf in leaves:
-        t = _local(leaf)
-        if t.dim() != 2 or not t.is_floating_point() or t.numel() > 1 << 20:
-            continue
-        # Each row's bytes as `_crc` of the row would read them; the columns from one
-        # contiguous copy of the transpose (a tensor per row costs ~10x as much).
-        data = t.detach().contiguous().view(torch.uint8).numpy().reshape(*t.shape, -1)
-        out.append({"shape": list(t.shape), "rows": [zlib.crc32(r) for r in data],
-                    "cols": [zlib.crc32(c) for c in
-                             np.ascontiguousarray(data.transpose(1, 0, 2))]})
-    return out
-
-
-def _work(roots: Any, inputs: Any = None, first: bool = False) -> dict[str, Any]:
-    """The tokens this backward's forward consumed: the largest integer index tensor in its
-    autograd graph (embedding lookups' indices, the loss's targets), and its rows; and the
-    elements of what it differentiates: `inputs` where given, else the leaves the pass
-    reaches (autograd's AccumulateGrad nodes), each once. That is the model's P however the
-    program holds its parameters: a flat shard kept as an nn.Parameter that no backward
-    reaches is not counted, a dict of plain tensors is."""
-    tokens, rows, token_crc = 0, 0, 0
-    leaves: dict[int, int] = {id(t): t.numel() for t in _tensors(inputs)}
-    held: dict[int, Any] = {id(t): t for t in _tensors(inputs)} if first else {}
-    stack = [t.grad_fn for t in _tensors(roots) if t.grad_fn is not None]
-    seen: set[int] = set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        if inputs is None and type(fn).__name__ == "AccumulateGrad":
-            leaf = getattr(fn, "variable", None)
-            if leaf is not None:
-                leaves[id(leaf)] = _local(leaf).numel()
-                if first:
-                    held[id(leaf)] = leaf
-        if type(fn).__name__.startswith(_INDEX_NODES):
-            for field in _INDEX_FIELDS:
-                for idx in _tensors(getattr(fn, field, None)):
-                    if idx.is_floating_point() or idx.numel() < tokens:
-                        continue
-                    if idx.numel() > tokens or idx.dim() > 1:
-                        tokens, rows = idx.numel(), idx.size(0) if idx.dim() > 1 else rows
-                        token_crc = _crc(idx)
-        stack += [nxt for nxt, _ in fn.next_functions]
-    return {**({"tokens": tokens, "rows": rows, "token_crc": token_crc} if tokens else {}),
-            **({"leaf_elements": sum(leaves.values())} if leaves else {}),
-            **({"leaves": _slices(list(held.values()))} if held else {})}
-
-
-def _loss(root: Any) -> dict[str, float]:
-    """The value a backward starts from, where it is one number (the loss)."""
-    import torch
-
-    if isinstance(root, (list, tuple)) and len(root) == 1:
-        root = root[0]
-    if isinstance(root, torch.Tensor) and root.numel() == 1 and root.is_floating_point():
-        return {"loss": float(root.detach())}
-    return {}
-
-
-def _finite_grads(result: Any) -> bool:
-    """After a backward: are the gradients finite? `autograd.grad` returns them; for
-    `.backward()` they are the parameters' `.grad` (a NaN in any is enough)."""
-    import gc
-
-    import torch
-
-    grads = [t for t in _tensors(result) if t.is_floating_point()]
-    if not grads:
-        grads = [o.grad for o in gc.get_objects() if type(o) is torch.nn.Parameter
-                 and o.grad is not None]
-    return all(bool(torch.isfinite(g).all()) for g in grads)
-
-
 def _nemesis() -> Any:
     spec = os.environ.get("CAPSTONE_NEMESIS")
     if not spec:
@@ -831,6 +621,10 @@ class _Hook:
 
 def _install(directory: str) -> _Observer:
     import atexit
+
+    global _backward, _calls
+    import _observer_backward as _backward  # beside this file: Python found it on sys.path
+    import _observer_calls as _calls
 
     observer = _Observer(directory)
     sys.meta_path.insert(0, _Hook(observer))

@@ -1,0 +1,104 @@
+"""What a backward pass computes on, read from its autograd graph (loaded by the observer,
+tests/observer/sitecustomize.py): the tokens its forward consumed, the elements it
+differentiates (the model's P however the program holds its parameters), checksums of the
+rows and columns of the first backward's leaves, its loss and whether its gradients are
+finite. It reads tensors and never writes one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from _observer_calls import crc, local, tensors_in
+
+# Autograd nodes that save the integer indices a forward consumed (the tokens), and the
+# fields they save them in.
+INDEX_NODES = ("EmbeddingBackward", "IndexBackward", "NllLossBackward", "NllLoss2DBackward",
+               "GatherBackward", "EmbeddingBagBackward")
+INDEX_FIELDS = ("_saved_indices", "_saved_target", "_saved_index", "_saved_offsets")
+
+
+def slices(leaves: list[Any]) -> list[dict[str, Any]]:
+    """Of the 2-D floating leaves a process's first backward differentiates (a DTensor's
+    local shard): shape and a checksum of each row and each column. Another run's leaves
+    hold the same rows or columns when this one holds a slice of them (tensor
+    parallelism's heads), found by these checksums."""
+    import zlib
+
+    import numpy as np
+    import torch
+
+    out = []
+    for leaf in leaves:
+        t = local(leaf)
+        if t.dim() != 2 or not t.is_floating_point() or t.numel() > 1 << 20:
+            continue
+        # Each row's bytes as `crc` of the row would read them; the columns from one
+        # contiguous copy of the transpose (a tensor per row costs ~10x as much).
+        data = t.detach().contiguous().view(torch.uint8).numpy().reshape(*t.shape, -1)
+        out.append({"shape": list(t.shape), "rows": [zlib.crc32(r) for r in data],
+                    "cols": [zlib.crc32(c) for c in
+                             np.ascontiguousarray(data.transpose(1, 0, 2))]})
+    return out
+
+
+def work(roots: Any, inputs: Any = None, first: bool = False) -> dict[str, Any]:
+    """The tokens this backward's forward consumed: the largest integer index tensor in its
+    autograd graph (embedding lookups' indices, the loss's targets), and its rows; and the
+    elements of what it differentiates: `inputs` where given, else the leaves the pass
+    reaches (autograd's AccumulateGrad nodes), each once. That is the model's P however the
+    program holds its parameters: a flat shard kept as an nn.Parameter that no backward
+    reaches is not counted, a dict of plain tensors is."""
+    tokens, rows, token_crc = 0, 0, 0
+    leaves: dict[int, int] = {id(t): t.numel() for t in tensors_in(inputs)}
+    held: dict[int, Any] = {id(t): t for t in tensors_in(inputs)} if first else {}
+    stack = [t.grad_fn for t in tensors_in(roots) if t.grad_fn is not None]
+    seen: set[int] = set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if inputs is None and type(fn).__name__ == "AccumulateGrad":
+            leaf = getattr(fn, "variable", None)
+            if leaf is not None:
+                leaves[id(leaf)] = local(leaf).numel()
+                if first:
+                    held[id(leaf)] = leaf
+        if type(fn).__name__.startswith(INDEX_NODES):
+            for field in INDEX_FIELDS:
+                for idx in tensors_in(getattr(fn, field, None)):
+                    if idx.is_floating_point() or idx.numel() < tokens:
+                        continue
+                    if idx.numel() > tokens or idx.dim() > 1:
+                        tokens, rows = idx.numel(), idx.size(0) if idx.dim() > 1 else rows
+                        token_crc = crc(idx)
+        stack += [nxt for nxt, _ in fn.next_functions]
+    return {**({"tokens": tokens, "rows": rows, "token_crc": token_crc} if tokens else {}),
+            **({"leaf_elements": sum(leaves.values())} if leaves else {}),
+            **({"leaves": slices(list(held.values()))} if held else {})}
+
+
+def loss(root: Any) -> dict[str, float]:
+    """The value a backward starts from, where it is one number (the loss)."""
+    import torch
+
+    if isinstance(root, (list, tuple)) and len(root) == 1:
+        root = root[0]
+    if isinstance(root, torch.Tensor) and root.numel() == 1 and root.is_floating_point():
+        return {"loss": float(root.detach())}
+    return {}
+
+
+def finite_grads(result: Any) -> bool:
+    """After a backward: are the gradients finite? `autograd.grad` returns them; for
+    `.backward()` they are the parameters' `.grad` (a NaN in any is enough)."""
+    import gc
+
+    import torch
+
+    grads = [t for t in tensors_in(result) if t.is_floating_point()]
+    if not grads:
+        grads = [o.grad for o in gc.get_objects() if type(o) is torch.nn.Parameter
+                 and o.grad is not None]
+    return all(bool(torch.isfinite(g).all()) for g in grads)

@@ -1,0 +1,140 @@
+"""What one `torch.distributed` call carries, read from its bound arguments (loaded by the
+observer, tests/observer/sitecustomize.py): its description (op, group, element counts,
+dtypes, the few numbers a guard reduces), a digest of a gradient on its way to a reduction,
+and checksums of the bytes a rank sends by hand. It reads tensors and never writes one;
+torch is imported only when a call is described (this module loads in every process
+the observer watches).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def tensors_in(value: object) -> list[Any]:
+    """The tensors in an argument: itself, or those of a (nested) list or tuple."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors_in(v)]
+    return []
+
+
+# Arguments that receive a collective's result, where their names do not start with
+# "output": all_gather(tensor_list, tensor) gathers into its list, gather into its
+# gather_list, scatter(tensor, scatter_list) into its tensor. (A receive's buffer stays its
+# size: what it waits for.)
+OUTPUTS = {"all_gather": ("tensor_list",), "gather": ("gather_list",), "scatter": ("tensor",)}
+
+
+def describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
+    """op, group, dtypes and element counts of one call, from its bound arguments."""
+    import torch
+    import torch.distributed as dist
+
+    ins, outs, dtypes, nonfinite = 0, 0, [], False
+    for name, value in bound.items():
+        if name == "p2p_op_list":  # batch_isend_irecv: sends in, receives out
+            for o in value or []:
+                sent = getattr(o.op, "__name__", "") == "isend"
+                ins, outs = ins + sent * o.tensor.numel(), outs + (not sent) * o.tensor.numel()
+                dtypes.append(str(o.tensor.dtype).removeprefix("torch."))
+            continue
+        tensors = tensors_in(value)
+        n = sum(t.numel() for t in tensors)
+        if name.startswith("output") or name in OUTPUTS.get(op, ()):
+            outs += n
+        else:
+            ins += n
+            # Data the rank puts in (a receive's or broadcast's buffer is not data yet).
+            nonfinite = nonfinite or (op not in RECEIVING and any(
+                t.is_floating_point() and not bool(torch.isfinite(t).all()) for t in tensors))
+        dtypes += [str(t.dtype).removeprefix("torch.") for t in tensors[:1]]
+    group = bound.get("group")
+    try:
+        ranks = dist.get_process_group_ranks(group) if group is not None else \
+            list(range(dist.get_world_size()))
+    except Exception:
+        ranks = []
+    small = [t for t in tensors_in(bound.get("tensor")) if t.is_floating_point()]
+    record = {"op": op, "numel_in": ins, "numel_out": outs, "dtypes": dtypes,
+              **({"nonfinite": True} if nonfinite else {}),
+              # A few numbers reduced (a loss, a norm, a guard's flag): what the guard reads.
+              **({"values": [float(x) for x in small[0].detach().reshape(-1).tolist()]}
+                 if op in REDUCING and len(small) == 1 and small[0].numel() <= 4 else {}),
+              "group": ranks, "async": bool(bound.get("async_op")) or op in ("isend", "irecv")}
+    for key in ("src", "dst", "group_src", "group_dst"):
+        if bound.get(key) is not None:
+            record["peer"] = f"{key}={bound[key]}"
+    return record
+
+
+REDUCING = ("all_reduce", "reduce")
+# Calls whose input may be a gradient on its way to a reduction (a reduce-scatter written as
+# an all-to-all too): a digest of what the rank puts in during the first training step, to
+# compare its gradient between two runs (the exercise's micro-batches against one batch)
+# without keeping the tensor; later steps pay nothing for it.
+GRADIENT_IN = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+                "all_to_all", "all_to_all_single")
+DIGEST_MIN = 1024  # elements: a gradient, not a loss, a norm or a guard's flag
+SAMPLES = 16
+
+
+def digest(op: str, bound: dict[str, Any]) -> dict[str, Any]:
+    """For a reduction's floating input of a gradient's size: its sum, its sum of squares
+    (float64) and SAMPLES elements at evenly spaced positions; else nothing."""
+    import torch
+
+    if op not in GRADIENT_IN:
+        return {}
+    name = "input" if op in ("reduce_scatter_tensor", "all_to_all_single") else (
+        "input_list" if op == "reduce_scatter" else "input_tensor_list" if op == "all_to_all"
+        else "tensor")
+    parts = [t for t in tensors_in(bound.get(name)) if t.is_floating_point()]
+    n = sum(t.numel() for t in parts)
+    if n < DIGEST_MIN:
+        return {}
+    with torch.no_grad():
+        flat = torch.cat([t.detach().reshape(-1) for t in parts]).to(torch.float64)
+        picks = flat[torch.linspace(0, n - 1, SAMPLES).long()]
+        return {"digest": {"n": n, "sum": float(flat.sum()), "sq": float(flat.square().sum()),
+                           "sample": [float(v) for v in picks.tolist()]}}
+RECEIVING = ("recv", "irecv", "broadcast", "broadcast_object_list")
+BY_HAND = ("all_to_all", "all_to_all_single", "send", "isend", "batch_isend_irecv")
+
+
+def fingerprint(t: Any) -> int:
+    """A checksum of a tensor's bytes (read, never written)."""
+    import zlib
+
+    import torch
+
+    data = t.detach().reshape(-1).contiguous().view(torch.uint8).numpy()
+    return zlib.crc32(memoryview(data)) ^ (t.numel() << 32)
+
+
+def chunks(t: Any, splits: Any) -> list[Any]:
+    if t is None:
+        return []
+    import torch.distributed as dist
+
+    n = dist.get_world_size()
+    sizes = list(splits) if splits else [t.size(0) // n] * n
+    return list(t.split(sizes)) if sum(sizes) == t.size(0) else []
+
+
+def local(t: Any) -> Any:
+    """A DTensor's shard on this rank (what the rank holds), else the tensor."""
+    local = getattr(t, "_local_tensor", None)
+    return local if local is not None else t
+
+
+def crc(t: Any) -> int:
+    import zlib
+
+    import torch
+
+    data = t.detach().contiguous().view(torch.uint8).numpy()
+    return zlib.crc32(memoryview(data))
