@@ -25,7 +25,7 @@ from tests.harness.report.pictures import KINDS, as_text, facts
 from tests.harness.report.plugin import SuiteReport, suite_seed
 from tests.harness.run import box, bytecode, contain, stress, warm
 from tests.harness.run.helpers import Helpers
-from tests.harness.run.runner import Watch
+from tests.harness.run.runner import Watch, observed_environment
 from tests.harness.run.runs import (
     BASE,
     MICRO,
@@ -135,7 +135,8 @@ def warm_server(pytestconfig: pytest.Config, impl: tuple[str, ...],
             or contain.mode() != contain.NAMESPACES or stress.in_a_box():
         yield ""
         return
-    server = warm.Server(tmp_path_factory.mktemp("warm"))
+    folder = tmp_path_factory.mktemp("warm")
+    server = warm.Server(folder, observed_environment(folder / "observe"))
     yield server.path
     server.close()
 

@@ -33,3 +33,49 @@ def test_a_stage_imports_only_the_stages_before_it():
               for stage in _imports(p)
               if ORDER.index(stage) > ORDER.index(p.parent.name)]
     assert not upward, upward
+
+
+def _module_imports(path: Path) -> set[str]:
+    """The harness modules `path` imports, at its top or inside a function (`from
+    tests.harness.run import box` names the module box)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and \
+                node.module.startswith("tests.harness."):
+            parts = node.module.split(".")[2:]
+            names = [a.name for a in node.names]
+            if (HARNESS.joinpath(*parts)).is_dir():  # a package: its modules by name
+                out |= {"/".join([*parts, n]) for n in names
+                        if HARNESS.joinpath(*parts, f"{n}.py").is_file()}
+            else:
+                out.add("/".join(parts))
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each module that reaches itself through the imports, with the way round."""
+    found = []
+    for start in sorted(graph):
+        seen, stack = set(), [(start, [start])]
+        while stack:
+            node, way = stack.pop()
+            for nxt in sorted(graph.get(node, ())):
+                if nxt == start:
+                    found.append([*way, start])
+                    stack = []
+                    break
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*way, nxt]))
+    return found
+
+
+def test_no_two_modules_need_each_other():
+    """Within a stage too (a lazy import counts: it only hides the cycle from the import
+    system), so each module can be read, tested and replaced after the ones it uses."""
+    graph = {str(p.relative_to(HARNESS).with_suffix("")): _module_imports(p)
+             for p in HARNESS.rglob("*.py") if p.name != "__init__.py"}
+    assert graph["run/runner"] >= {"run/warm", "run/box"}  # the graph is read as written
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
+        ["a", "b", "c", "a"], ["b", "c", "a", "b"], ["c", "a", "b", "c"]]
+    assert not cycles(graph), cycles(graph)

@@ -261,22 +261,14 @@ def _program(req: dict[str, Any], stdio: list[int]) -> None:
     os._exit(code)
 
 
-def environment(directory: Path) -> dict[str, str]:
-    """The server's environment: a run's (the runner's `observed_environment`), the observer
-    recording into `directory`/observe until a run retargets it. No run token: the server
-    is the suite's, not a run's."""
-    from tests.harness.run.runner import observed_environment  # the runner imports this
-
-    return observed_environment(directory / "observe")
-
-
 class Server:
     """One fork server (per xdist worker): started when made (back once it listens), ended
-    with `close`."""
+    with `close`. `env` is a run's environment (the runner's `observed_environment`), the
+    observer recording into a folder of the server's own until a run retargets it; no run
+    token: the server is the suite's, not a run's."""
 
-    def __init__(self, directory: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, directory: Path, env: dict[str, str]) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        env = env if env is not None else environment(directory)
         self.path = str(directory / "warm.sock")
         with open(directory / "warm.log", "wb") as log:
             self.proc = subprocess.Popen(
