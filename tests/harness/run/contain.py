@@ -345,6 +345,9 @@ def wrap(argv: list[str], run_dir: Path, report: Path, grace_s: float,
 
 
 def _children(pid: int) -> list[int]:
+    """The kernel's list of `pid`'s children: one file, where psutil's `children()` reads
+    every process's stat to find them. (psutil has no pid namespaces: `host_pids` reads
+    /proc too.)"""
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
