@@ -23,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from grading import lost_tests  # noqa: E402  (bench/, this script's folder)
+
 from tests.autograder import rehearse  # noqa: E402
 
 BOXES = ("768:0.5", "1536:1", "3072:2")
@@ -48,7 +50,8 @@ def main() -> int:
                               "submission": a.submission.name, "wall_s": round(wall, 1),
                               "peak_mb": round(peak), "score": results["score"],
                               "not_graded": len(extra.get("not_graded", [])),
-                              "containment": extra.get("containment")}), flush=True)
+                              "containment": extra.get("containment"),
+                              **lost_tests(results)}), flush=True)
     return 0
 
 

@@ -41,7 +41,7 @@ DEFAULT = [ROOT / "tests" / "submissions" / n for n in ("reference", "deadlock_a
                                                         "ring")]
 
 
-def _lost(results: dict[str, object]) -> dict[str, object]:
+def lost_tests(results: dict[str, object]) -> dict[str, object]:
     """The tests that did not earn their points, with the first line of why (a grading of a
     correct submission that loses points is a finding, not noise)."""
     tests = results.get("tests")
@@ -123,7 +123,7 @@ def with_exercises(a: argparse.Namespace) -> int:
                 walls.setdefault((sub.name, ex), []).append(wall)
                 print(json.dumps({"submission": sub.name, "exercises": list(chosen) if ex
                                   else [], "wall_s": round(wall, 1),
-                                  "score": results["score"], **_lost(results)}), flush=True)
+                                  "score": results["score"], **lost_tests(results)}), flush=True)
     for sub in a.submissions:
         plain, both = (statistics.median(walls[(sub.name, ex)]) for ex in (False, True))
         print(f"{sub.name}: {plain:.1f} s without the exercises, {both:.1f} s with "
@@ -164,7 +164,7 @@ def main() -> int:
                 wall = time.monotonic() - t0
             print(json.dumps({"submission": sub.name, "containment": mode,
                               "wall_s": round(wall, 1), "score": results["score"],
-                              **_lost(results)}), flush=True)
+                              **lost_tests(results)}), flush=True)
     return 0
 
 
