@@ -23,9 +23,9 @@ from tests.harness.platforms.session import Grading
 from tests.harness.report.grading import LIKELY, NOT_CHECKED, NOT_GRADED
 from tests.harness.report.pictures import KINDS, as_text, facts
 from tests.harness.report.plugin import SuiteReport, suite_seed
-from tests.harness.run import box, bytecode, contain, stress, warm
+from tests.harness.run import box, bytecode, contain, stress
 from tests.harness.run.helpers import Helpers
-from tests.harness.run.runner import Watch, observed_environment
+from tests.harness.run.runner import Watch, start_warm_server
 from tests.harness.run.runs import (
     BASE,
     MICRO,
@@ -135,8 +135,7 @@ def warm_server(pytestconfig: pytest.Config, impl: tuple[str, ...],
             or contain.mode() != contain.NAMESPACES or stress.in_a_box():
         yield ""
         return
-    folder = tmp_path_factory.mktemp("warm")
-    server = warm.Server(folder, observed_environment(folder / "observe"))
+    server = start_warm_server(tmp_path_factory.mktemp("warm"))
     yield server.path
     server.close()
 

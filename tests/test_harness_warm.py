@@ -16,7 +16,7 @@ import pytest
 
 from tests.harness.observe.traces import load_observation
 from tests.harness.run import contain, warm
-from tests.harness.run.runner import Outcome, Watch, observed_environment, run_command
+from tests.harness.run.runner import Outcome, Watch, run_command, start_warm_server
 from tests.test_harness_observer import _files  # every file by content, timings aside
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,8 +29,7 @@ FLAGS = ["--world-size", "4", "--steps", "20", "--seed", "0", "--batch-size", "4
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("warm")
-    s = warm.Server(folder, observed_environment(folder / "observe"))
+    s = start_warm_server(tmp_path_factory.mktemp("warm"))
     yield s
     s.close()
 

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from _observer_calls import crc, local, tensors_in
+from _observer_calls import crc, tensors_in
 
 # Autograd nodes that save the integer indices a forward consumed (the tokens), and the
 # fields they save them in.
 INDEX_NODES = ("EmbeddingBackward", "IndexBackward", "NllLossBackward", "NllLoss2DBackward",
                "GatherBackward", "EmbeddingBagBackward")
 INDEX_FIELDS = ("_saved_indices", "_saved_target", "_saved_index", "_saved_offsets")
+
+
+def local(t: Any) -> Any:
+    """A DTensor's shard on this rank (what the rank holds), else the tensor."""
+    shard = getattr(t, "_local_tensor", None)
+    return shard if shard is not None else t
 
 
 def slices(leaves: list[Any]) -> list[dict[str, Any]]:

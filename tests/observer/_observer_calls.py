@@ -101,21 +101,30 @@ def digest(op: str, bound: dict[str, Any]) -> dict[str, Any]:
         picks = flat[torch.linspace(0, n - 1, SAMPLES).long()]
         return {"digest": {"n": n, "sum": float(flat.sum()), "sq": float(flat.square().sum()),
                            "sample": [float(v) for v in picks.tolist()]}}
+
+
 RECEIVING = ("recv", "irecv", "broadcast", "broadcast_object_list")
 BY_HAND = ("all_to_all", "all_to_all_single", "send", "isend", "batch_isend_irecv")
 
 
-def fingerprint(t: Any) -> int:
-    """A checksum of a tensor's bytes (read, never written)."""
+def crc(t: Any) -> int:
+    """The CRC-32 of a tensor's bytes in its logical order (read, never written)."""
     import zlib
 
     import torch
 
     data = t.detach().reshape(-1).contiguous().view(torch.uint8).numpy()
-    return zlib.crc32(memoryview(data)) ^ (t.numel() << 32)
+    return zlib.crc32(memoryview(data))
+
+
+def fingerprint(t: Any) -> int:
+    """A checksum of a tensor's bytes and its size: the same data sent twice, once."""
+    return crc(t) ^ (t.numel() << 32)
 
 
 def chunks(t: Any, splits: Any) -> list[Any]:
+    """An all-to-all's input cut into each rank's piece (none where the splits do not add
+    up to it)."""
     if t is None:
         return []
     import torch.distributed as dist
@@ -123,18 +132,3 @@ def chunks(t: Any, splits: Any) -> list[Any]:
     n = dist.get_world_size()
     sizes = list(splits) if splits else [t.size(0) // n] * n
     return list(t.split(sizes)) if sum(sizes) == t.size(0) else []
-
-
-def local(t: Any) -> Any:
-    """A DTensor's shard on this rank (what the rank holds), else the tensor."""
-    local = getattr(t, "_local_tensor", None)
-    return local if local is not None else t
-
-
-def crc(t: Any) -> int:
-    import zlib
-
-    import torch
-
-    data = t.detach().contiguous().view(torch.uint8).numpy()
-    return zlib.crc32(memoryview(data))

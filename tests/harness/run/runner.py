@@ -283,6 +283,12 @@ def observed_environment(observe_dir: Path | None) -> dict[str, str]:
     return env
 
 
+def start_warm_server(directory: Path) -> warm.Server:
+    """A fork server (tests/harness/run/warm.py) whose processes have a run's environment,
+    the observer recording into `directory`/observe until a run retargets it."""
+    return warm.Server(directory, observed_environment(directory / "observe"))
+
+
 def _environment(token: str, observe_dir: Path | None, home: Path | None = None,
                  nemesis: str = "", memory: bool = True) -> dict[str, str]:
     env = observed_environment(observe_dir)
