@@ -108,10 +108,12 @@ def check_reduced(run: Run) -> list[Violation]:
             continue
         seen = ", ".join(f"{k}: {v:,.0f}" for k, v in sorted(by_site.items(),
                                                              key=lambda kv: -kv[1])[:3])
-        if total <= P / n * (1 + REDUCE_SLACK):  # at most one slice: its own, gathered
+        # At most one slice, the contract's ceil(P/N) (its padding counted), gathered: a
+        # loss or a norm reduced beside it is within the slack
+        if total <= -(-P // n) * (1 + REDUCE_SLACK):
             why = ("the gradients are never reduced across ranks: no reduce-scatter or "
                    "all-reduce of the gradient, and no more data sent by hand than the "
-                   f"rank's own slice of {P / n:,.0f} elements (an all-gather)"
+                   f"rank's own slice of {-(-P // n):,} elements (an all-gather)"
                    + (f"; seen: {seen}" if seen else ""))
         else:
             why = (f"only {total / need:.0%} of the gradient is reduced across ranks"
