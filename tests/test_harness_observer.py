@@ -251,17 +251,23 @@ def test_traces_survive_a_sigkilled_rank_and_ranks_ending_with_os_exit(reference
     assert all(ranks[k].flight_recorder for k in (0, 2, 3))
 
 
-def test_the_memory_snapshot_walks_only_what_the_program_made(tmp_path):
+@pytest.mark.parametrize("program_pauses_gc", [False, True])
+def test_the_memory_snapshot_walks_only_what_the_program_made(tmp_path, program_pauses_gc):
     """Once torch is imported, the observer moves torch's own objects out of gc's reach, so
     the snapshot's walk (and the copy-on-write it caused in forked ranks) skips them; a
-    tensor the program makes afterwards is still walked."""
-    probe = ("import gc, torch; t = torch.zeros(3); "
-             "print(gc.get_freeze_count(), any(o is t for o in gc.get_objects()))")
+    tensor the program makes afterwards is still walked. The collector, paused while torch
+    imports, runs again for the program, unless the program had paused it itself."""
+    probe = ("import gc; gc.disable() if int(__import__('sys').argv[1]) else None; "
+             "import torch; t = torch.zeros(3); "
+             "print(gc.get_freeze_count(), any(o is t for o in gc.get_objects()), "
+             "gc.isenabled())")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "observer"),
                CAPSTONE_OBSERVE_DIR=str(tmp_path))
-    frozen, seen = subprocess.run([sys.executable, "-c", probe], env=env, check=True,
-                                  capture_output=True, text=True).stdout.split()
+    frozen, seen, collecting = subprocess.run(
+        [sys.executable, "-c", probe, str(int(program_pauses_gc))], env=env, check=True,
+        capture_output=True, text=True).stdout.split()
     assert int(frozen) > 10_000 and seen == "True"
+    assert collecting == str(not program_pauses_gc)
 
 
 def test_state_the_program_froze_itself_is_still_walked(tmp_path):

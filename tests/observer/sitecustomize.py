@@ -43,7 +43,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # typing is not imported at run time: this file loads in every process
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import Any
 
 _DIR = os.environ.get("CAPSTONE_OBSERVE_DIR")
@@ -585,6 +585,27 @@ def _imported_torch(torch: Any) -> None:
     _OBSERVER.patch_save(torch)
 
 
+@contextlib.contextmanager
+def _collector_paused(pause: bool) -> Iterator[None]:
+    """torch's import allocates ~165,000 objects, and the cyclic collector runs ~360 times
+    during it, rereading the ones made so far: ~0.17 s of a 1.5 s import. Those objects live
+    as long as the process and are frozen right after it (`_imported_torch`), so the
+    collector is paused for the import alone (unless the program paused it itself) and
+    resumed before the program runs on: each process of a run that imports torch starts as
+    it would without the observer, ~10% sooner. What the import left as garbage (~7,000
+    objects, ~1 MB) is frozen with the rest instead of collected."""
+    import gc
+
+    paused = pause and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
 class _Hook:
     """Patches a module right after it is first executed (torch.distributed.distributed_c10d
     before torch.distributed re-exports its functions; torch.autograd; torch itself, once its
@@ -609,7 +630,8 @@ class _Hook:
                 real = spec.loader.exec_module
 
                 def exec_module(module: Any, real: Any = real, patch: Any = patch) -> None:
-                    real(module)
+                    with _collector_paused(name == "torch"):
+                        real(module)
                     try:
                         patch(module)
                     except Exception as e:
