@@ -93,6 +93,18 @@ def test_the_suites_own_torch_keeps_to_one_thread_unless_told_otherwise():
     assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
 
 
+def test_what_the_test_modules_imported_is_frozen_and_the_collector_runs_on():
+    """conftest freezes what collection imported (this module's classes, and torch's where a
+    test module imports it), so that the session's full collections skip it, and resumes the
+    collector for the tests."""
+    import gc
+
+    assert gc.isenabled() and gc.get_freeze_count() > 10_000
+    assert not any(o is _Item for o in gc.get_objects())  # frozen: not listed
+    made_now = type("MadeByThisTest", (), {})
+    assert any(o is made_now for o in gc.get_objects())
+
+
 @pytest.mark.slow
 def test_impl_may_be_one_absolute_path(tmp_path):
     """`pytest -k invariant --impl /abs/path/run.sh` in the suite's folder: pytest would
