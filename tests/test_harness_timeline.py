@@ -85,5 +85,5 @@ def test_too_much_traffic_shows_in_the_timeline_and_the_failure_names_it(referen
     data = valid_trace(timeline_of(r), 4, r.outcome.wall_s)  # type: ignore[arg-type]
     reduces = [e for e in data["traceEvents"] if e["ph"] == "X" and e["name"] == "all_reduce"
                and e["args"]["elements"] == 30_080 + 0]
-    assert len(reduces) == 4 * r.steps and all("catalogue.py" in e["args"]["site"]
+    assert len(reduces) == 4 * r.steps and all("mutants/zero1.py" in e["args"]["site"]
                                                for e in reduces)
