@@ -239,3 +239,47 @@ def reachable(torch: Any, on_error: Any = None
     del tracked
     keep = outermost({a: n for a, (_, n) in found.items()})
     return {a: v for a, v in found.items() if a in keep}, params
+
+
+def held(on_error: Any, live: set[tuple[int, int]]) -> dict[int, tuple[Any, int]]:
+    """Every buffer Python can reach (address -> something with `expired()`, bytes):
+    `reachable`, each held by weak reference (a bytearray, which has none, by its address
+    and size being found again by the next walk, in `live`: one set, refilled by each
+    walk)."""
+    import time
+
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    # A collective's buffers (an all-to-all's receive buffer, an all-gather's input) stay
+    # reachable for a moment after the call returns, until torch's communication thread
+    # lets go of its work object: give it that moment, or a buffer counts as held.
+    time.sleep(0.01)
+    regions, _ = reachable(torch, on_error)
+    live.clear()  # what a bytearray of an earlier walk is checked against
+    held: dict[int, tuple[Any, int]] = {}
+    for address, (owner, n) in regions.items():
+        if isinstance(owner, torch.UntypedStorage):
+            held[address] = (StorageWeakRef(owner), n)
+        else:
+            held[address] = (Held(owner, (address, n), live), n)
+            live.add((address, n))
+    return held
+
+
+class Held:
+    """A Python buffer's liveness, as a storage's StorageWeakRef tells it: by weak reference
+    where the type allows one (numpy, array, mmap), else (a bytearray) by the same address
+    and size being found by the walk that asks."""
+
+    def __init__(self, o: Any, where: tuple[int, int], live: set[tuple[int, int]]) -> None:
+        import weakref
+
+        try:
+            self.ref: Any = weakref.ref(o)
+        except TypeError:
+            self.ref = None
+        self.where, self.live = where, live
+
+    def expired(self) -> bool:
+        return self.ref() is None if self.ref is not None else self.where not in self.live

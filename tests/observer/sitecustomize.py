@@ -27,7 +27,8 @@ What it records, and from where:
 - on SIGUSR1 (sent by the runner to a hung run) `faulthandler` dumps every thread's stack.
 
 What a call carries is read by `_observer_calls.py`, what a backward computes on by
-`_observer_backward.py`, the buffers Python can reach by `_observer_buffers.py`.
+`_observer_backward.py`, the buffers Python can reach by `_observer_buffers.py`; where a
+rank can end with an exception is hooked by `_observer_crash.py`.
 
 It must not change what a run computes: it reads tensors' sizes and storages, and the bytes
 of data a rank sends by hand (all-to-all, sends) to fingerprint them (a piece forwarded or sent
@@ -58,6 +59,7 @@ _OPS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tens
 # observed loads them): what a call carries, what a backward computes on.
 _calls: Any = None
 _backward: Any = None
+_crash: Any = None
 _FR_KEYS = ("profiling_name", "input_sizes", "output_sizes", "input_dtypes",
             "collective_seq_id", "pg_id", "is_p2p", "time_created_ns", "state")
 
@@ -359,7 +361,10 @@ class _Observer:
         first point's storages still alive, whatever holds them now, and those that died
         replaced by a storage of the same size born since (state updated out of place,
         `m = b1 * m + (1 - b1) * g`, is a new tensor every step)."""
-        storages = self._walk()
+        import _observer_buffers as buffers
+
+        storages = buffers.held(lambda e: self.emit(
+            {"ev": "mem", "error": f"python buffers: {e!r}"[:200]}), self.buffers_seen)
         first = self.first_snapshot
         if first is None:
             self.first_snapshot = storages
@@ -378,33 +383,6 @@ class _Observer:
                    "persistent_storages": len(alive)})
         self.first_snapshot = None
 
-    def _walk(self) -> dict[int, tuple[Any, int]]:
-        """Every buffer Python can reach (address -> something with `expired()`, bytes):
-        `_observer_buffers.reachable`, each held by weak reference (a bytearray, which has
-        none, by its address and size being found again by the next walk)."""
-        import time
-
-        import _observer_buffers as buffers
-        import torch
-        from torch.multiprocessing.reductions import StorageWeakRef
-
-        # A collective's buffers (an all-to-all's receive buffer, an all-gather's input) stay
-        # reachable for a moment after the call returns, until torch's communication thread
-        # lets go of its work object: give it that moment, or a buffer counts as held.
-        time.sleep(0.01)
-        regions, _ = buffers.reachable(torch, lambda e: self.emit(
-            {"ev": "mem", "error": f"python buffers: {e!r}"[:200]}))
-        live = self.buffers_seen  # one set, refilled by each walk: what a bytearray of an
-        live.clear()              # earlier walk is checked against
-        held: dict[int, tuple[Any, int]] = {}
-        for address, (owner, n) in regions.items():
-            if isinstance(owner, torch.UntypedStorage):
-                held[address] = (StorageWeakRef(owner), n)
-            else:
-                held[address] = (_Held(owner, (address, n), live), n)
-                live.add((address, n))
-        return held
-
     # -- a rank's exception, wherever a Python rank can end ------------------------------------
     def record_raise(self, exc: BaseException, via: str) -> None:
         """An exception that ends a rank (or its thread), with its time: the cause of a crash
@@ -421,71 +399,6 @@ class _Observer:
             self.emit({"ev": "raise", "rank": self.rank, "t": time.time_ns(), "via": via,
                        "text": "".join(traceback.format_exception(
                            type(exc), exc, exc.__traceback__))[-6000:]})
-
-    def patch_process(self, mod: Any) -> None:
-        """multiprocessing's Process, in the fork, spawn and forkserver contexts: its
-        bootstrap prints a failed run()'s traceback under a header; record it first."""
-        import functools
-
-        base = getattr(mod, "BaseProcess", None)
-        real = getattr(base, "_bootstrap", None)
-        if base is None or not callable(real):
-            return
-        observer = self
-
-        @functools.wraps(real)
-        def _bootstrap(process: Any, *args: Any, **kwargs: Any) -> Any:
-            run = process.run
-
-            def recorded() -> Any:
-                try:
-                    return run()
-                except BaseException as e:
-                    observer.record_raise(e, "multiprocessing")
-                    raise
-            with contextlib.suppress(AttributeError, TypeError):
-                process.run = recorded
-            return real(process, *args, **kwargs)
-        base._bootstrap = _bootstrap
-
-    def patch_hooks(self) -> None:
-        """A rank that is the process's main program (subprocess and torchrun children, a
-        plain script) ends through sys.excepthook; a thread (a checkpoint writer) through
-        threading.excepthook."""
-        import threading
-
-        real_sys, real_thread = sys.excepthook, threading.excepthook
-
-        def excepthook(kind: Any, value: Any, tb: Any) -> None:
-            self.record_raise(value, "main")
-            real_sys(kind, value, tb)
-
-        def thread_hook(args: Any) -> None:
-            if args.exc_value is not None:
-                self.record_raise(args.exc_value, "thread")
-            real_thread(args)
-        sys.excepthook, threading.excepthook = excepthook, thread_hook
-
-    def patch_spawn(self, mod: Any) -> None:
-        """mp.spawn's children hand their traceback to the parent, which re-raises only the
-        first it notices (often a peer that lost the collective, not the cause): each
-        child's exception is recorded here, with its time."""
-        import functools
-
-        real = getattr(mod, "_wrap", None)
-        if not callable(real):
-            return
-
-        @functools.wraps(real)  # its module and name: spawn pickles it by reference
-        def _wrap(fn: Any, i: int, args: Any, error_file: Any) -> Any:
-            def recorded(*a: Any) -> Any:
-                try:
-                    return fn(*a)
-                except Exception as e:
-                    self.record_raise(e, "mp.spawn")
-                    raise
-            return real(recorded, i, args, error_file)
-        mod._wrap = _wrap
 
     # -- where the optimizer state lives --------------------------------------------------------
     def patch_save(self, torch: Any) -> None:
@@ -526,24 +439,6 @@ class _Observer:
                     self.emit({"ev": "state", "error": repr(e)[:200]})
             return result
         torch.save = torch.serialization.save = observed
-
-
-class _Held:
-    """A Python buffer's liveness, as a storage's StorageWeakRef tells it: by weak reference
-    where the type allows one (numpy, array, mmap), else (a bytearray) by the same address
-    and size being found by the walk that asks."""
-
-    def __init__(self, o: Any, where: tuple[int, int], live: set[tuple[int, int]]) -> None:
-        import weakref
-
-        try:
-            self.ref: Any = weakref.ref(o)
-        except TypeError:
-            self.ref = None
-        self.where, self.live = where, live
-
-    def expired(self) -> bool:
-        return self.ref() is None if self.ref is not None else self.where not in self.live
 
 
 def _nemesis() -> Any:
@@ -612,10 +507,14 @@ class _Hook:
     import is complete)."""
 
     def __init__(self, observer: _Observer) -> None:
+        import functools
+
         self.targets = {"torch.distributed.distributed_c10d": observer.patch_c10d,
                         "torch.autograd": observer.patch_autograd,
-                        "torch.multiprocessing.spawn": observer.patch_spawn,
-                        "multiprocessing.process": observer.patch_process,
+                        "torch.multiprocessing.spawn": functools.partial(
+                            _crash.patch_spawn, observer),
+                        "multiprocessing.process": functools.partial(
+                            _crash.patch_process, observer),
                         "torch": _imported_torch}
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
@@ -644,13 +543,14 @@ class _Hook:
 def _install(directory: str) -> _Observer:
     import atexit
 
-    global _backward, _calls
+    global _backward, _calls, _crash
     import _observer_backward as _backward  # beside this file: Python found it on sys.path
     import _observer_calls as _calls
+    import _observer_crash as _crash
 
     observer = _Observer(directory)
     sys.meta_path.insert(0, _Hook(observer))
-    observer.patch_hooks()
+    _crash.patch_hooks(observer)
     atexit.register(observer.dump_flight_recorder)
     real_exit = os._exit
 
