@@ -56,7 +56,8 @@ _OPS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tens
         "monitored_barrier", "send", "recv", "isend", "irecv", "gather", "scatter",
         "broadcast_object_list", "gather_object", "scatter_object_list", "batch_isend_irecv")
 # The observer's own modules beside this file, imported by `_install` (only a process that is
-# observed loads them): what a call carries, what a backward computes on.
+# observed loads them): what a call carries, what a backward computes on, where a rank can
+# end with an exception.
 _calls: Any = None
 _backward: Any = None
 _crash: Any = None
