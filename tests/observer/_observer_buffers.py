@@ -257,14 +257,14 @@ def held(on_error: Any, live: set[tuple[int, int]]) -> dict[int, tuple[Any, int]
     time.sleep(0.01)
     regions, _ = reachable(torch, on_error)
     live.clear()  # what a bytearray of an earlier walk is checked against
-    held: dict[int, tuple[Any, int]] = {}
+    found: dict[int, tuple[Any, int]] = {}
     for address, (owner, n) in regions.items():
         if isinstance(owner, torch.UntypedStorage):
-            held[address] = (StorageWeakRef(owner), n)
+            found[address] = (StorageWeakRef(owner), n)
         else:
-            held[address] = (Held(owner, (address, n), live), n)
+            found[address] = (Held(owner, (address, n), live), n)
             live.add((address, n))
-    return held
+    return found
 
 
 class Held:

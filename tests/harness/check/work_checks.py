@@ -17,7 +17,7 @@ Both return located `Violation`s (invariant "communication"); what the observer 
 
 from __future__ import annotations
 
-from tests.harness.check.checks import Run
+from tests.harness.check.checks import Run, ceil_div
 from tests.harness.check.observed_checks import (
     INV,
     missing_ranks,
@@ -101,7 +101,7 @@ def check_reduced(run: Run) -> list[Violation]:
                              "backward passes differentiate: count the model's parameters "
                              "only (not a flat shard or master copy kept beside them)"))
     n = run.world_size
-    need = (n - 1) / n * P
+    need, own_slice = (n - 1) / n * P, ceil_div(P, n)
     for r, by_site in reduced_per_step(run).items():
         total = sum(by_site.values())
         if total >= need * (1 - REDUCE_SLACK):
@@ -110,10 +110,10 @@ def check_reduced(run: Run) -> list[Violation]:
                                                              key=lambda kv: -kv[1])[:3])
         # At most one slice, the contract's ceil(P/N) (its padding counted), gathered: a
         # loss or a norm reduced beside it is within the slack
-        if total <= -(-P // n) * (1 + REDUCE_SLACK):
+        if total <= own_slice * (1 + REDUCE_SLACK):
             why = ("the gradients are never reduced across ranks: no reduce-scatter or "
                    "all-reduce of the gradient, and no more data sent by hand than the "
-                   f"rank's own slice of {-(-P // n):,} elements (an all-gather)"
+                   f"rank's own slice of {own_slice:,} elements (an all-gather)"
                    + (f"; seen: {seen}" if seen else ""))
         else:
             why = (f"only {total / need:.0%} of the gradient is reduced across ranks"
