@@ -147,6 +147,16 @@ def test_the_locator_finds_what_a_byte_search_finds(n, shift, whole, runs, seed)
     assert locate.locate(locate.saved_state(saved)) == _found_by_bytes(locate, saved)
 
 
+
+@given(values=st.lists(st.integers(-5, 5), max_size=60))
+def test_the_locators_distinct_values_are_numpys_unique(values):
+    """The locator counts the pieces a storage holds with its own `_distinct` (np.unique
+    imports numpy.ma in every rank on its first call): the same values, in the same order."""
+    import numpy as np
+
+    a = np.array(values, dtype=np.int64)
+    assert np.array_equal(_locator()._distinct(a), np.unique(a))
+
 def _state(numel: int, holders: list[tuple[int, bool]], pieces: int | None = None) -> dict:
     pieces = pieces or numel // 32
     return {"ev": "state", "tensors": {name: {
