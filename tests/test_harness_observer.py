@@ -389,6 +389,32 @@ print("ok")
     assert out.stdout.strip() == "ok", out.stderr
 
 
+
+def test_a_tensor_is_finite_exactly_where_each_of_its_elements_is():
+    """What a rank puts into a collective is told non-finite (the rollback checks read it)
+    from its sum, and element by element only where the sum is not finite: a NaN or an
+    infinity anywhere is found, and values whose sum overflows are still finite."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location(
+        "_observer_calls", ROOT / "tests" / "observer" / "_observer_calls.py")
+    assert spec and spec.loader
+    calls = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calls)
+    big = torch.finfo(torch.float32).max
+    cases = [torch.randn(1000), torch.full((4,), big), torch.zeros(0),
+             torch.tensor([6e4, 6e4], dtype=torch.float16), torch.randn(8, 8).bfloat16(),
+             torch.nn.Parameter(torch.ones(3))]
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        t = torch.randn(1000)
+        t[517] = bad
+        cases += [t, t.view(10, 100).t(), torch.tensor([big, big, bad])]
+    cases.append(torch.tensor([float("inf"), -float("inf")]))
+    for t in cases:
+        assert calls.finite(t) == bool(torch.isfinite(t).all()), t
+
 def test_memory_is_walked_and_the_state_searched_only_where_a_check_reads_them(
         reference_only, run):
     """The memory walks and the search for the optimizer state cost each rank 0.1-0.3 s:

@@ -29,9 +29,23 @@ def tensors_in(value: object) -> list[Any]:
 OUTPUTS = {"all_gather": ("tensor_list",), "gather": ("gather_list",), "scatter": ("tensor",)}
 
 
+def finite(t: Any) -> bool:
+    """Every element of the floating tensor `t` is finite. Its sum is finite only where every
+    element is (a NaN makes it NaN, an infinity infinite or NaN) and needs no temporary of
+    `t`'s size, as `isfinite(t).all()` does (~10x the time on a gradient); a sum that
+    overflowed is decided element by element."""
+    import math
+
+    import torch
+
+    if type(t) not in (torch.Tensor, torch.nn.Parameter):  # a DTensor: its own reductions
+        return bool(torch.isfinite(t).all())
+    with torch.no_grad():
+        return math.isfinite(t.detach().sum().item()) or bool(torch.isfinite(t.detach()).all())
+
+
 def describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
     """op, group, dtypes and element counts of one call, from its bound arguments."""
-    import torch
     import torch.distributed as dist
 
     ins, outs, dtypes, nonfinite = 0, 0, [], False
@@ -50,7 +64,7 @@ def describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
             ins += n
             # Data the rank puts in (a receive's or broadcast's buffer is not data yet).
             nonfinite = nonfinite or (op not in RECEIVING and any(
-                t.is_floating_point() and not bool(torch.isfinite(t).all()) for t in tensors))
+                t.is_floating_point() and not finite(t) for t in tensors))
         dtypes += [str(t.dtype).removeprefix("torch.") for t in tensors[:1]]
     group = bound.get("group")
     try:
