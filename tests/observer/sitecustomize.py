@@ -79,9 +79,13 @@ class _Observer:
         self.step_data: set[int] = set()  # fingerprints sent or received since the backward
         self.pending: list[Any] = []  # weak references to receive buffers not read yet
         self.buffers_seen: set[tuple[int, int]] = set()  # Python buffers of the last walk
+        import json
         import threading
 
         self.local = threading.local()
+        # json.dumps(record, default=str) makes this encoder again at each of a rank's
+        # ~150 records
+        self.encode = json.JSONEncoder(default=str).encode
         self._settings()
         self._open()
         os.register_at_fork(after_in_child=self._open)  # a forked rank gets its own file
@@ -131,10 +135,8 @@ class _Observer:
             pass
 
     def emit(self, record: dict[str, Any]) -> None:
-        import json
-
         with contextlib.suppress(OSError):
-            os.write(self.fd, (json.dumps(record, default=str) + "\n").encode())
+            os.write(self.fd, (self.encode(record) + "\n").encode())
 
     # -- torch.distributed ----------------------------------------------------------------------
     def patch_c10d(self, mod: Any) -> None:
