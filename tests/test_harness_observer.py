@@ -4,11 +4,13 @@ is stopped early and located, and a run cannot outlive, escape or edit the suite
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -35,6 +37,21 @@ from tests.harness.run.runs import (
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "hostile"
+OBSERVER_DIR = ROOT / "tests" / "observer"
+
+
+def observer_module(name: str) -> ModuleType:
+    """One of the observer's modules (tests/observer/NAME.py), loaded into this process with
+    its folder on sys.path, as a run has it, for the siblings it imports."""
+    if str(OBSERVER_DIR) not in sys.path:
+        sys.path.append(str(OBSERVER_DIR))
+    spec = importlib.util.spec_from_file_location(name, OBSERVER_DIR / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(params=[contain.NAMESPACES, contain.USER])
 def contained(request, monkeypatch):
     """Each containment this machine offers: namespaces, and the run user (forced, as where a
@@ -389,20 +406,13 @@ print("ok")
     assert out.stdout.strip() == "ok", out.stderr
 
 
-
 def test_a_tensor_is_finite_exactly_where_each_of_its_elements_is():
     """What a rank puts into a collective is told non-finite (the rollback checks read it)
     from its sum, and element by element only where the sum is not finite: a NaN or an
     infinity anywhere is found, and values whose sum overflows are still finite."""
-    import importlib.util
-
     import torch
 
-    spec = importlib.util.spec_from_file_location(
-        "_observer_calls", ROOT / "tests" / "observer" / "_observer_calls.py")
-    assert spec and spec.loader
-    calls = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(calls)
+    calls = observer_module("_observer_calls")
     big = torch.finfo(torch.float32).max
     cases = [torch.randn(1000), torch.full((4,), big), torch.zeros(0),
              torch.tensor([6e4, 6e4], dtype=torch.float16), torch.randn(8, 8).bfloat16(),
@@ -414,6 +424,7 @@ def test_a_tensor_is_finite_exactly_where_each_of_its_elements_is():
     cases.append(torch.tensor([float("inf"), -float("inf")]))
     for t in cases:
         assert calls.finite(t) == bool(torch.isfinite(t).all()), t
+
 
 def test_memory_is_walked_and_the_state_searched_only_where_a_check_reads_them(
         reference_only, run):

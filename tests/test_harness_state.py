@@ -4,7 +4,6 @@ and the ways a wrong one keeps a moment whole."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -16,18 +15,13 @@ from hypothesis import strategies as st
 from tests.harness.check.state_checks import WHOLE_HINT, check_state_location
 from tests.harness.diagnose.diagnosis import diagnose
 from tests.test_harness_observe import observed_run, rank_trace
+from tests.test_harness_observer import observer_module
 
 OBSERVER = Path(__file__).resolve().parent / "observer" / "_observer_state.py"
 
 
 def _locator() -> ModuleType:
-    if str(OBSERVER.parent) not in sys.path:  # its sibling _observer_buffers, as in a run
-        sys.path.append(str(OBSERVER.parent))
-    spec = importlib.util.spec_from_file_location("_observer_state", OBSERVER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return observer_module("_observer_state")  # with its sibling _observer_buffers
 
 
 def _elements(found: dict, name: str, saved: bool = False) -> list[int]:
@@ -147,7 +141,6 @@ def test_the_locator_finds_what_a_byte_search_finds(n, shift, whole, runs, seed)
     assert locate.locate(locate.saved_state(saved)) == _found_by_bytes(locate, saved)
 
 
-
 @given(values=st.lists(st.integers(-5, 5), max_size=60))
 def test_the_locators_distinct_values_are_numpys_unique(values):
     """The locator counts the pieces a storage holds with its own `_distinct` (np.unique
@@ -156,6 +149,7 @@ def test_the_locators_distinct_values_are_numpys_unique(values):
 
     a = np.array(values, dtype=np.int64)
     assert np.array_equal(_locator()._distinct(a), np.unique(a))
+
 
 def _state(numel: int, holders: list[tuple[int, bool]], pieces: int | None = None) -> dict:
     pieces = pieces or numel // 32
