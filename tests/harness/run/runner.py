@@ -398,13 +398,18 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         next_sample = t0 + MEMORY_SAMPLE_S / 2
         # Each poll reads only what the run's processes wrote since the last one
         reader = ObservationReader(observe_dir) if observe_dir is not None else None
+        started = False  # a rank was seen in a collective: its model and state are built
         while proc.poll() is None:
             now = time.monotonic()
+            obs = reader.read() if reader is not None else None
+            if not started and obs is not None and any(p.calls for p in obs.processes):
+                # A run shorter than the first timed sample (a warm start on a fast day
+                # ends in ~0.4 s) is still measured once it holds what it trains with
+                started, next_sample = True, now
             if now >= next_sample:  # reading PSS walks the processes' page tables: not often
                 peak = max(peak, held_mb(proc.pid, wrappers, user[0] if user else None,
                                          mode == contain.NAMESPACES, watch.exact_above_mb))
                 next_sample = now + MEMORY_SAMPLE_S
-            obs = reader.read() if reader is not None else None
             stuck = deadlocked(obs, time.time_ns(), watch.hang_after_s) \
                 if obs is not None and watch.hang_after_s > 0 else None
             if obs is not None and watch.nemesis.startswith("kill") and \
