@@ -95,7 +95,7 @@ def test_reference_passes_every_check(reference_only, run, run_cache, record_pro
 def test_a_killed_rank_s_peers_get_as_long_as_the_program_s_speed_warrants(reference_only,
                                                                            run_cache):
     """The promptness bound after the suite kills a rank follows the program's own clean
-    run (5x its wall time, 10 s at least, 20 s at most, x the box's factor): ranks that wait
+    run (5x its wall time, 5 s at least, 20 s at most, x the box's factor): ranks that wait
     for a dead peer are stopped at that bound (below 20 s where the program runs fast: here,
     not in a starved box, where 5x its clean run reaches the cap), and told so."""
     f = run_cache.factor
