@@ -253,6 +253,39 @@ def test_calls_that_can_never_match_are_a_deadlock_after_half_a_second():
     assert deadlocked(Observation(Path("."), pair), now, 5) is None  # a matched pair in flight
 
 
+def test_ranks_waiting_on_each_other_across_two_groups_are_a_deadlock_after_half_a_second():
+    """Exercise 1's groups: ranks 0,2 in a barrier of all four that ranks 1,3 have not
+    reached, ranks 1,3 in an all-reduce of their tensor-parallel pair that ranks 0,2 have
+    not reached: a ring of waits, stopped at the mismatch bound, not the 5 s hang watch. A
+    rank merely behind (it has issued the call the others wait in) is no proof, nor are
+    two groups at the same place of their own sequences with different sizes."""
+    now, since = 100 * SEC, 98 * SEC
+    world, tp = [0, 1, 2, 3], {0: [0, 1], 1: [0, 1], 2: [2, 3], 3: [2, 3]}
+
+    def c(op: str, group: list[int], done: bool = True, n: int = 8) -> Call:
+        return Call(0, op, n, 0, "float32", group, "main.py:10", since,
+                    since + 1 if done else None)
+
+    def observe(calls: dict[int, list[Call]]) -> Observation:
+        return Observation(Path("."), [rank_trace(r, 4, cs) for r, cs in calls.items()])
+
+    ring = observe({r: [c("all_reduce", world), c("all_reduce", tp[r])]
+                    + ([c("barrier", world, done=False)] if r in (0, 2)
+                       else [c("all_reduce", tp[r]), c("all_reduce", tp[r], done=False)])
+                    for r in world})
+    assert deadlocked(ring, now, 5) is not None
+    assert deadlocked(ring, since + SEC // 4, 5) is None  # watched for half a second first
+    assert "barrier" in where_blocked(ring) and "all_reduce" in where_blocked(ring)
+    behind = observe({r: [c("all_reduce", world), c("barrier", world, done=r != 0)]
+                      + ([] if r == 0 else [c("all_reduce", tp[r], done=False)])
+                      for r in world})  # rank 0 still leaving the barrier the rest left
+    assert deadlocked(behind, now, 5) is None
+    assert deadlocked(behind, now + 4 * SEC, 5) is not None  # the hang watch still holds
+    two_groups = observe({r: [c("all_reduce", tp[r], done=False, n=8 + r // 2)]
+                          for r in world})
+    assert deadlocked(two_groups, now, 5) is None  # each pair agrees within itself
+
+
 
 def test_the_reported_parameter_count_is_compared_with_the_backward_not_trusted():
     """P is what the ranks' backward passes differentiate; a summary.json that says otherwise

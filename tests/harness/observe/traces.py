@@ -289,6 +289,49 @@ def _position(p: ProcessTrace, c: Call) -> int:
     return sum(1 for x in p.calls[:p.calls.index(c) + 1] if not x.p2p)
 
 
+def _on_group(p: ProcessTrace, group: list[int], upto: Call | None = None) -> int:
+    """How many collectives process `p` has issued on `group` (the ranks it spans), up to
+    and including `upto` when given: each process group numbers its own calls, and gloo
+    matches the k-th of one member with the k-th of every other."""
+    n = 0
+    for x in p.calls:
+        n += not x.p2p and x.group == group
+        if x is upto:
+            break
+    return n
+
+
+# Collectives none of whose members returns before every member has entered it. (A broadcast
+# or scatter root may return once its sends are buffered, a gather's or reduce's other
+# members once theirs are; the *_object calls make further calls inside: no wait on the
+# others is inferred from any of those.)
+_EVERY_MEMBER = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+                 "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier")
+
+
+def _waits_in_a_cycle(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) -> bool:
+    """Some ranks wait on each other in a ring that cannot turn: each is inside a collective
+    that needs a member of its group which has not issued that call yet and is itself
+    inside another call that needs one of them (the heads of exercise 1's two groups: ranks
+    0,2 in a barrier of all four, ranks 1,3 in an all-reduce of their tensor-parallel pair
+    that ranks 0,2 have not reached). A member that has issued the call has given its part
+    (a message on its way, on a throttled box): no wait on it is inferred."""
+    waits: dict[int, set[int]] = {}
+    for r, c in blocked.items():
+        if c.p2p or c.op not in _EVERY_MEMBER or r not in c.group:
+            continue
+        k = _on_group(ranks[r], c.group, c)
+        waits[r] = {q for q in c.group if q != r and q in ranks
+                    and _on_group(ranks[q], c.group) < k}
+    # The ranks stuck for good: each waits on one of them (the greatest such set)
+    stuck = {r for r, w in waits.items() if w}
+    while True:
+        free = {r for r in stuck if not waits[r] & stuck}
+        if not free:
+            return bool(stuck)
+        stuck -= free
+
+
 def _messages(p: ProcessTrace, kind: str, peer: int) -> int:
     """How many point-to-point calls of `kind` ("send" or "recv", blocking or not) process
     `p` has issued to or from `peer`."""
@@ -303,15 +346,15 @@ def _mismatched(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) -> boo
     not posted the other half (a receive from a rank that has sent this one fewer messages
     than it asked for; a send to one that asked for fewer): a message still on its way, as
     in a ring's last hop on a throttled box, is matched."""
-    coll = {r: (_position(ranks[r], c), *c.signature()) for r, c in blocked.items()
-            if not c.p2p}
-    # Only calls at the same place in the sequence can be told not to match: a rank behind
-    # the others (in collective k while they are in k+1) has given them its part of k, or
-    # they could not have left it; it is slow (a throttled box), not stuck.
-    at: dict[int, set[tuple[Any, ...]]] = {}
+    coll = {r: (tuple(c.group), _on_group(ranks[r], c.group, c), *c.signature())
+            for r, c in blocked.items() if not c.p2p}
+    # Only calls at the same place in one group's sequence can be told not to match: a rank
+    # behind the others (in collective k while they are in k+1) has given them its part of
+    # k, or they could not have left it; it is slow (a throttled box), not stuck.
+    at: dict[tuple[Any, ...], set[tuple[Any, ...]]] = {}
     for key in coll.values():
-        at.setdefault(key[0], set()).add(key)
-    if any(len(keys) > 1 for keys in at.values()):
+        at.setdefault(key[:2], set()).add(key)
+    if any(len(keys) > 1 for keys in at.values()) or _waits_in_a_cycle(ranks, blocked):
         return True
     for r, c in blocked.items():
         m = re.search(r"(src|dst)=(\d+)", c.peer) if c.p2p else None
