@@ -251,6 +251,9 @@ def test_calls_that_can_never_match_are_a_deadlock_after_half_a_second():
     pair = [rank_trace(0, 2, [call("send", 8, t0=98 * SEC, done=False, peer="dst=1")]),
             rank_trace(1, 2, [call("recv", 8, t0=98 * SEC, done=False, peer="src=0")])]
     assert deadlocked(Observation(Path("."), pair), now, 5) is None  # a matched pair in flight
+    alone = [rank_trace(0, 1, [call("recv", 1, t0=98 * SEC, done=False, peer="src=1",
+                                    group=1)])]  # the one-rank run: there is no rank 1
+    assert deadlocked(Observation(Path("."), alone), now, 5) is not None
 
 
 def test_ranks_waiting_on_each_other_across_two_groups_are_a_deadlock_after_half_a_second():

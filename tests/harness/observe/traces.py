@@ -358,6 +358,8 @@ def _mismatched(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) -> boo
         return True
     for r, c in blocked.items():
         m = re.search(r"(src|dst)=(\d+)", c.peer) if c.p2p else None
+        if m and int(m[2]) not in ranks:
+            return True  # no such rank (a recv from rank 1 in the one-rank run): never
         if not m or int(m[2]) not in coll:
             continue
         peer, mine = int(m[2]), "recv" if m[1] == "src" else "send"
