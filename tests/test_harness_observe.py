@@ -254,6 +254,9 @@ def test_calls_that_can_never_match_are_a_deadlock_after_half_a_second():
     alone = [rank_trace(0, 1, [call("recv", 1, t0=98 * SEC, done=False, peer="src=1",
                                     group=1)])]  # the one-rank run: there is no rank 1
     assert deadlocked(Observation(Path("."), alone), now, 5) is not None
+    assert where_blocked(Observation(Path("."), alone)) == \
+        "rank 0 blocked in recv(src=1) at main.py:10 (there is no rank 1 in a run of 1)"
+    assert "no rank" not in where_blocked(Observation(Path("."), [recv, *into]))
 
 
 def test_ranks_waiting_on_each_other_across_two_groups_are_a_deadlock_after_half_a_second():

@@ -332,6 +332,12 @@ def _waits_in_a_cycle(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) 
         stuck -= free
 
 
+def _peer(c: Call) -> int | None:
+    """The rank a point-to-point call sends to or receives from, if it names one."""
+    m = re.search(r"(src|dst)=(\d+)", c.peer) if c.p2p else None
+    return int(m[2]) if m else None
+
+
 def _messages(p: ProcessTrace, kind: str, peer: int) -> int:
     """How many point-to-point calls of `kind` ("send" or "recv", blocking or not) process
     `p` has issued to or from `peer`."""
@@ -358,7 +364,7 @@ def _mismatched(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) -> boo
         return True
     for r, c in blocked.items():
         m = re.search(r"(src|dst)=(\d+)", c.peer) if c.p2p else None
-        if m and int(m[2]) not in ranks:
+        if (peer := _peer(c)) is not None and peer not in ranks:
             return True  # no such rank (a recv from rank 1 in the one-rank run): never
         if not m or int(m[2]) not in coll:
             continue
@@ -423,6 +429,8 @@ def where_blocked(obs: Observation) -> str:
         if c is not None:
             what = (f"{c.op}({c.peer})" if c.p2p else f"{c.op} #{_position(p, c)}") \
                 + f" at {c.site}"
+            if (peer := _peer(c)) is not None and peer >= (p.size or 0):
+                what += f" (there is no rank {peer} in a run of {p.size})"
         else:
             frame = _innermost_frame(p.stack)
             last = p.calls[-1].describe() if p.calls else "none"
