@@ -429,7 +429,7 @@ def where_blocked(obs: Observation) -> str:
         if c is not None:
             what = (f"{c.op}({c.peer})" if c.p2p else f"{c.op} #{_position(p, c)}") \
                 + f" at {c.site}"
-            if (peer := _peer(c)) is not None and peer >= (p.size or 0):
+            if p.size and (peer := _peer(c)) is not None and peer >= p.size:
                 what += f" (there is no rank {peer} in a run of {p.size})"
         else:
             frame = _innermost_frame(p.stack)
