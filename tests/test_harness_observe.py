@@ -26,9 +26,11 @@ SEC = 10**9
 
 
 def call(op: str, n_in: int, n_out: int = 0, site: str = "main.py:10", t0: int = 0,
-         done: bool = True, peer: str = "", group: int = 4) -> Call:
-    return Call(0, op, n_in, n_out, "float32", list(range(group)), site, t0,
-                t0 + 1 if done else None, peer=peer)
+         done: bool = True, peer: str = "", group: int | list[int] = 4) -> Call:
+    """A call on `group`: its ranks, or N for ranks 0..N-1."""
+    ranks = list(range(group)) if isinstance(group, int) else group
+    return Call(0, op, n_in, n_out, "float32", ranks, site, t0, t0 + 1 if done else None,
+                peer=peer)
 
 
 def rank_trace(rank: int, size: int, calls: list[Call], backward_at: int = 0,
@@ -269,8 +271,7 @@ def test_ranks_waiting_on_each_other_across_two_groups_are_a_deadlock_after_half
     world, tp = [0, 1, 2, 3], {0: [0, 1], 1: [0, 1], 2: [2, 3], 3: [2, 3]}
 
     def c(op: str, group: list[int], done: bool = True, n: int = 8) -> Call:
-        return Call(0, op, n, 0, "float32", group, "main.py:10", since,
-                    since + 1 if done else None)
+        return call(op, n, t0=since, done=done, group=group)
 
     def observe(calls: dict[int, list[Call]]) -> Observation:
         return Observation(Path("."), [rank_trace(r, 4, cs) for r, cs in calls.items()])

@@ -364,11 +364,13 @@ def _mismatched(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) -> boo
         return True
     for r, c in blocked.items():
         m = re.search(r"(src|dst)=(\d+)", c.peer) if c.p2p else None
-        if (peer := _peer(c)) is not None and peer not in ranks:
-            return True  # no such rank (a recv from rank 1 in the one-rank run): never
-        if not m or int(m[2]) not in coll:
+        if m is None:
             continue
         peer, mine = int(m[2]), "recv" if m[1] == "src" else "send"
+        if peer not in ranks:
+            return True  # no such rank (a recv from rank 1 in the one-rank run): never
+        if peer not in coll:
+            continue
         theirs = "send" if mine == "recv" else "recv"
         if _messages(ranks[peer], theirs, r) < _messages(ranks[r], mine, peer):
             return True
