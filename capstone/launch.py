@@ -11,6 +11,7 @@ Two ways in:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing as mp
 import os
@@ -58,9 +59,10 @@ def run_ranks(fn: RankFn, world_size: int, run_dir: Path, timeout_s: float,
     ctx = _context()
     procs: list[Any] = []
     conns: dict[int, Connection] = {}
+    finished = False
     try:
         for rank in range(world_size):
-            parent_end, child_end = ctx.Pipe(duplex=False)
+            parent_end, child_end = ctx.Pipe()  # duplex: the result up, the release down
             p = ctx.Process(target=_rank_main, name=f"capstone-rank-{rank}",
                             args=(fn, rank, world_size, store_path, timeout_s, backend,
                                   device, child_end))
@@ -68,10 +70,14 @@ def run_ranks(fn: RankFn, world_size: int, run_dir: Path, timeout_s: float,
             child_end.close()
             procs.append(p)
             conns[rank] = parent_end
-        return _collect(procs, conns)
+        results = _collect(procs, conns)
+        finished = True
+        return results
     finally:
+        for conn in conns.values():
+            _release(conn)
         for p in procs:
-            if p.is_alive():
+            if not finished and p.is_alive():
                 p.kill()
             p.join()
         store_path.unlink(missing_ok=True)
@@ -94,23 +100,31 @@ def _context() -> Any:
 
 
 def _collect(procs: list[Any], conns: dict[int, Connection]) -> list[Any]:
+    """Each rank's result, read as it reports it (a gloo rank then waits for its release);
+    a rank that reports an error or exits without a result is a failure."""
     results: dict[int, Any] = {}
     failures: list[tuple[int, str]] = []  # in the order the launcher saw them
-    pending: dict[Any, int] = {p.sentinel: rank for rank, p in enumerate(procs)}
+    # A rank is pending until its result or its exit is seen, whichever comes first.
+    pending: dict[Any, int] = {}
+    for rank, p in enumerate(procs):
+        pending[p.sentinel] = pending[conns[rank]] = rank
     deadline = None
     while pending:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         ready = wait(list(pending), timeout=timeout)
         if not ready:
             break  # the grace period is over: the ranks still running are stopped
-        for sentinel in ready:
-            rank = pending.pop(sentinel)
-            proc = procs[rank]
-            proc.join()
+        for handle in ready:
+            if handle not in pending:
+                continue  # the rank's other handle was ready in the same wait
+            rank = pending.pop(handle)
+            pending.pop(conns[rank] if handle == procs[rank].sentinel else procs[rank].sentinel)
             message = _receive(conns[rank])
-            if proc.exitcode == 0 and message is not None and message[0] == "ok":
+            if message is not None and message[0] == "ok":
                 results[rank] = message[1]
                 continue
+            proc = procs[rank]
+            proc.join()  # an error report is followed by the rank's exit at once
             failures.append((rank, _describe_failure(rank, proc.exitcode, message)))
             # A crash makes its peers fail too ("connection closed by peer"), sometimes
             # before the crash itself is seen: wait briefly, then name the root cause.
@@ -158,9 +172,14 @@ def _rank_main(fn: RankFn, rank: int, world_size: int, store_path: Path, timeout
                                 timeout=timedelta(seconds=timeout_s))
         try:
             result = fn(World(rank=rank, size=world_size, device=_rank_device(device, rank)))
-        finally:
+        except BaseException:
             dist.destroy_process_group()
+            raise
+        if backend != "gloo":
+            dist.destroy_process_group()  # NCCL's communicators must be ended explicitly
         conn.send(("ok", result))
+        if backend == "gloo":
+            _await_release(conn)
     except BaseException:
         exc = sys.exc_info()[1]
         conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
@@ -168,6 +187,28 @@ def _rank_main(fn: RankFn, rank: int, world_size: int, store_path: Path, timeout
         sys.stderr.flush()
         os._exit(1)
     conn.close()
+
+
+def _release(conn: Connection) -> None:
+    """Let a rank waiting in `_await_release` end. A message, not the end of the pipe:
+    the ranks forked after this one hold copies of the launcher's end."""
+    with contextlib.suppress(OSError):  # the rank is gone already
+        conn.send(None)
+    conn.close()
+
+
+def _await_release(conn: Connection) -> None:
+    """Wait until the launcher has every rank's result, then let this rank's process end
+    without `destroy_process_group`.
+
+    Once every rank has returned, no collective is left in flight, so ending the processes
+    closes gloo's connections as the process group would: its destructor adds nothing but
+    time, one tick of gloo's event loop (up to 10 ms) per peer connection, 20-40 ms a rank,
+    about 0.07 s of the demo's two launches. Ending before the others have returned could
+    cut a peer off in the middle of its last collective; hence the release.
+    """
+    with contextlib.suppress(EOFError, OSError):  # the launcher is gone: PDEATHSIG ends us
+        conn.recv()
 
 
 def _rank_device(device: str, local_rank: int) -> str:

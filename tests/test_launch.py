@@ -8,11 +8,15 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch.distributed as dist
 
+from capstone.launch import run_ranks
+from capstone.world import World
 from tests.harness.check.checks import Run
 from tests.harness.check.observed_checks import check_genuine_ranks
 from tests.harness.observe.parse import parse_run
@@ -97,3 +101,31 @@ print(len(os.listdir("/proc/self/task")), l._context().get_start_method())
                          capture_output=True, text=True, check=True, cwd=ROOT,
                          env=env).stdout.split()
     assert out[-2:] == ["1", "fork"], out
+
+
+def _process_state(pid: int) -> str:
+    """R, S, ... for a running process; Z once it has exited (and not been reaped); '' gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def _late_rank_sees_early_ranks(world: World) -> list[str]:
+    pids: list[int | None] = [None] * world.size
+    dist.all_gather_object(pids, os.getpid())
+    if world.rank != world.size - 1:
+        return []  # these ranks are done at once
+    time.sleep(0.5)  # the others have long returned
+    return [_process_state(pid) for pid in pids[:-1] if pid is not None]
+
+
+def test_a_gloo_rank_that_returned_first_ends_only_once_every_rank_returned(tmp_path):
+    """A gloo rank skips destroy_process_group (its destructor waits up to 10 ms per peer
+    connection): ending its process closes those connections, which is safe only once no
+    peer can still be inside a collective with it. So a rank that is done waits for the
+    launcher's release, sent once every rank has returned."""
+    states = run_ranks(_late_rank_sees_early_ranks, 3, tmp_path, 20.0)[-1]
+    assert len(states) == 2 and all(s and s not in "ZX" for s in states), \
+        f"ranks that returned first ended before the last rank returned: states {states}"
