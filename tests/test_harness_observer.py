@@ -310,6 +310,40 @@ def test_state_the_program_froze_itself_is_still_walked(tmp_path):
 
 
 
+def test_what_the_observer_reads_stays_resizable_by_the_program(tmp_path):
+    """The observer reads the tokens and the leaves of the first backward, a gradient a
+    reduction sends at step 1, and the state of the first checkpoint and every buffer
+    holding it. A program may then free any of them by resizing its storage to 0, as FSDP
+    frees a gathered parameter; under the observer as without it (Tensor.numpy() would have
+    marked each storage it read as not resizable, for good)."""
+    program = (
+        "import torch, torch.distributed as dist\n"
+        f"dist.init_process_group('gloo', init_method='file://{tmp_path / 'rdv'}', rank=0, "
+        "world_size=1)\n"
+        "emb = torch.randn(8, 4, requires_grad=True)\n"
+        "idx = torch.tensor([[1, 2, 3], [4, 5, 6]])\n"
+        "emb[idx].sum().backward()\n"
+        "grad = torch.randn(4096)\n"
+        "dist.all_reduce(grad)\n"
+        "state = {'master': torch.randn(4096), 'exp_avg': torch.randn(4096),\n"
+        "         'exp_avg_sq': torch.rand(4096), 'step': 1}\n"
+        f"torch.save(state, {str(tmp_path / 'shard.pt')!r})\n"
+        "for t in (emb, emb.grad, idx, grad, state['master'], state['exp_avg']):\n"
+        "    t.untyped_storage().resize_(0)\n"
+        "print('resized')\n")
+    (tmp_path / "obs").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(OBSERVER_DIR), CAPSTONE_OBSERVE_DIR=str(tmp_path / "obs"),
+               CAPSTONE_OBSERVE_MEM="1,2")
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "resized" in done.stdout, done.stderr[-600:]
+    from tests.harness.observe.traces import load_observation
+
+    [p] = load_observation(tmp_path / "obs").processes  # and the observer did read them:
+    assert p.work[0]["tokens"] == 6 and p.leaves, (p.work, p.leaves)
+    assert p.state and p.state["tensors"]["master"]["holders"], p.state
+
+
 SMALL_PROGRAM = """
 import torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method="file://{rdv}", rank=0, world_size=1)

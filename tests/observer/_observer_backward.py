@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _observer_calls import crc, finite, tensors_in
+from _observer_calls import crc, finite, raw, tensors_in
 
 # Autograd nodes that save the integer indices a forward consumed (the tokens), and the
 # fields they save them in.
@@ -32,7 +32,6 @@ def slices(leaves: list[Any]) -> list[dict[str, Any]]:
     import zlib
 
     import numpy as np
-    import torch
 
     out = []
     for leaf in leaves:
@@ -41,7 +40,7 @@ def slices(leaves: list[Any]) -> list[dict[str, Any]]:
             continue
         # Each row's bytes as `crc` of the row would read them; the columns from one
         # contiguous copy of the transpose (a tensor per row costs ~10x as much).
-        data = t.detach().contiguous().view(torch.uint8).numpy().reshape(*t.shape, -1)
+        data = raw(t.detach().contiguous()).reshape(*t.shape, -1)
         out.append({"shape": list(t.shape), "rows": [zlib.crc32(r) for r in data],
                     "cols": [zlib.crc32(c) for c in
                              np.ascontiguousarray(data.transpose(1, 0, 2))]})

@@ -121,14 +121,32 @@ RECEIVING = ("recv", "irecv", "broadcast", "broadcast_object_list")
 BY_HAND = ("all_to_all", "all_to_all_single", "send", "isend", "batch_isend_irecv")
 
 
+def raw(t: Any) -> Any:
+    """A read-only uint8 numpy view of a contiguous CPU tensor's bytes, made from its address
+    (the array keeps the tensor alive). `Tensor.numpy()` would mark the program's storage as
+    not resizable (torch's guard for the pointer numpy keeps), for ever: a program that frees
+    a buffer by resizing its storage to 0 (as FSDP does with its gathered parameters) would
+    then fail observed where it runs unobserved."""
+    import ctypes
+
+    import numpy as np
+
+    nbytes = t.numel() * t.element_size()
+    if not nbytes:
+        return np.empty(0, dtype=np.uint8)
+    memory = (ctypes.c_uint8 * nbytes).from_address(t.data_ptr())
+    memory.tensor = t  # held by the array's base
+    arr = np.ctypeslib.as_array(memory)
+    arr.flags.writeable = False
+    return arr
+
+
 def crc(t: Any) -> int:
     """The CRC-32 of a tensor's bytes in its logical order (read, never written)."""
     import zlib
 
-    import torch
-
-    data = t.detach().reshape(-1).contiguous().view(torch.uint8).numpy()
-    return zlib.crc32(memoryview(data))
+    flat = t.detach().reshape(-1).contiguous()
+    return zlib.crc32(memoryview(raw(flat)))
 
 
 def fingerprint(t: Any) -> int:

@@ -37,13 +37,17 @@ def saved_state(obj: object) -> dict[str, Any]:
 
 
 def _bits(t: Any) -> Any:
-    return t.detach().reshape(-1).contiguous().view(__import__("torch").int32).numpy()
+    """A float32 tensor's bit patterns as int32 (its own memory where it is contiguous)."""
+    from _observer_calls import raw
+
+    return raw(t.detach().reshape(-1).contiguous()).view("i4")
 
 
 def _storages(torch: Any) -> tuple[dict[int, Any], set[int]]:
     """Every CPU buffer Python can reach (`_observer_buffers.reachable`) large enough to hold
     a piece (address -> its int32 bit patterns, read only), and the parameters' storages."""
     import _observer_buffers as buffers
+    from _observer_calls import raw
 
     regions, params = buffers.reachable(torch)
     views: dict[int, Any] = {}
@@ -52,7 +56,7 @@ def _storages(torch: Any) -> tuple[dict[int, Any], set[int]]:
             continue
         if isinstance(owner, torch.UntypedStorage):
             if owner.device.type == "cpu" and n % 4 == 0:
-                views[ptr] = torch.empty(0, dtype=torch.int32).set_(owner).numpy()  # read only
+                views[ptr] = raw(torch.empty(0, dtype=torch.uint8).set_(owner)).view("i4")
         elif (arr := buffers.as_int32(owner)) is not None:
             views[ptr] = arr
     return views, params
