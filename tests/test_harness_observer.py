@@ -8,6 +8,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
@@ -342,6 +343,19 @@ def test_what_the_observer_reads_stays_resizable_by_the_program(tmp_path):
     [p] = load_observation(tmp_path / "obs").processes  # and the observer did read them:
     assert p.work[0]["tokens"] == 6 and p.leaves, (p.work, p.leaves)
     assert p.state and p.state["tensors"]["master"]["holders"], p.state
+
+
+def test_the_observer_reads_bytes_in_place_only_from_cpu_memory():
+    """Bytes are read at a tensor's address only where that address is this process's
+    memory: a device tensor (CUDA, meta) is refused as `Tensor.numpy()` refuses it, an error
+    the observer records, rather than read from an address that is not memory here."""
+    import torch
+
+    calls = observer_module("_observer_calls")
+    t = torch.arange(6, dtype=torch.int64).view(2, 3).t()  # not contiguous: read from a copy
+    assert calls.crc(t) == zlib.crc32(t.contiguous().numpy().tobytes())
+    with pytest.raises(TypeError):
+        calls.crc(torch.empty(4, device="meta"))
 
 
 SMALL_PROGRAM = """

@@ -131,6 +131,8 @@ def raw(t: Any) -> Any:
 
     import numpy as np
 
+    if t.device.type != "cpu":  # its address is not this process's memory: refuse as .numpy()
+        raise TypeError(f"a {t.device.type} tensor's bytes are not read in place")
     nbytes = t.numel() * t.element_size()
     if not nbytes:
         return np.empty(0, dtype=np.uint8)
