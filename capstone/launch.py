@@ -4,7 +4,9 @@ Two ways in:
 - the default launcher forks `world_size` ranks from this process (torch is imported once,
   so start-up costs ~0.1 s instead of one torch import per rank; from a process that already
   runs threads, through a fork server instead) and joins them through a
-  `FileStore` in the run directory (no ports, so parallel test runs cannot collide);
+  `FileStore` in the run directory (no ports, so parallel test runs cannot collide); each
+  rank reports its result through a pipe, and a gloo rank ends once the launcher, holding
+  every rank's result, releases it (`_await_release`);
 - under `torchrun` (RANK/WORLD_SIZE/MASTER_ADDR set) this process *is* one rank and joins
   through `env://`, which is how the same code reaches several machines.
 """
