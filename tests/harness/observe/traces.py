@@ -332,18 +332,21 @@ def _waits_in_a_cycle(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) 
         stuck -= free
 
 
-def _peer(c: Call) -> int | None:
-    """The rank a point-to-point call sends to or receives from, if it names one."""
-    m = re.search(r"(src|dst)=(\d+)", c.peer) if c.p2p else None
-    return int(m[2]) if m else None
+_ENDPOINT = re.compile(r"(src|dst)=(\d+)")
+
+
+def _endpoint(c: Call) -> tuple[str, int] | None:
+    """("recv", src) or ("send", dst): what a point-to-point call does and with which rank,
+    if it names one."""
+    m = _ENDPOINT.search(c.peer) if c.p2p else None
+    return ("recv" if m[1] == "src" else "send", int(m[2])) if m else None
 
 
 def _messages(p: ProcessTrace, kind: str, peer: int) -> int:
     """How many point-to-point calls of `kind` ("send" or "recv", blocking or not) process
     `p` has issued to or from `peer`."""
     ops = ("send", "isend") if kind == "send" else ("recv", "irecv")
-    key = "dst" if kind == "send" else "src"
-    return sum(1 for c in p.calls if c.op in ops and re.search(rf"\b{key}={peer}\b", c.peer))
+    return sum(1 for c in p.calls if c.op in ops and _endpoint(c) == (kind, peer))
 
 
 def _mismatched(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) -> bool:
@@ -363,10 +366,10 @@ def _mismatched(ranks: dict[int, ProcessTrace], blocked: dict[int, Call]) -> boo
     if any(len(keys) > 1 for keys in at.values()) or _waits_in_a_cycle(ranks, blocked):
         return True
     for r, c in blocked.items():
-        m = re.search(r"(src|dst)=(\d+)", c.peer) if c.p2p else None
-        if m is None:
+        end = _endpoint(c)
+        if end is None:
             continue
-        peer, mine = int(m[2]), "recv" if m[1] == "src" else "send"
+        mine, peer = end
         if peer not in ranks:
             return True  # no such rank (a recv from rank 1 in the one-rank run): never
         if peer not in coll:
@@ -431,8 +434,8 @@ def where_blocked(obs: Observation) -> str:
         if c is not None:
             what = (f"{c.op}({c.peer})" if c.p2p else f"{c.op} #{_position(p, c)}") \
                 + f" at {c.site}"
-            if p.size and (peer := _peer(c)) is not None and peer >= p.size:
-                what += f" (there is no rank {peer} in a run of {p.size})"
+            if p.size and (end := _endpoint(c)) is not None and end[1] >= p.size:
+                what += f" (there is no rank {end[1]} in a run of {p.size})"
         else:
             frame = _innermost_frame(p.stack)
             last = p.calls[-1].describe() if p.calls else "none"
