@@ -304,22 +304,20 @@ def _environment(token: str, observe_dir: Path | None, home: Path | None = None,
     return env
 
 
-def _pidfd(pid: int) -> int | None:
-    """A descriptor that becomes readable when process `pid` ends (Linux >= 5.3), or None."""
+def _wait_for_end(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Back when `proc` ends or after `timeout_s`. On a pidfd (Linux >= 5.3) the wake-up is
+    immediate; Popen.wait(timeout) sleeps in steps growing to 50 ms, ~25 ms lost after each
+    run. (`proc` is not reaped before this returns, so its pid is still its own.)"""
     try:
-        return os.pidfd_open(pid)
+        ending = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
-        return None
-
-
-def _wait_for_end(proc: subprocess.Popen[bytes], ending: int | None, timeout_s: float) -> None:
-    """Back when `proc` ends or after `timeout_s`. With a pidfd the wake-up is immediate;
-    Popen.wait(timeout) sleeps in steps growing to 50 ms, ~25 ms lost after each run."""
-    if ending is not None:
-        select.select([ending], [], [], timeout_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout_s)
         return
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout_s)
+    try:
+        select.select([ending], [], [], timeout_s)
+    finally:
+        os.close(ending)
 
 
 def _lingering(find: Callable[[], list[int]], grace_s: float) -> list[int]:
@@ -413,7 +411,6 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                 conn.close()  # the client holds it now
         timed_out, alive, deadlock_s, blocked, dumps = False, [], None, "", ""
         deadline = t0 + timeout_s
-        ending = _pidfd(proc.pid)
         wrappers = contain.wrapper_pids(proc.pid) if mode == contain.NAMESPACES else set()
         next_sample = t0 + MEMORY_SAMPLE_S / 2
         # Each poll reads only what the run's processes wrote since the last one
@@ -445,13 +442,13 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                         # A rank left its call while the stacks were taken: it was slow (a
                         # starved box), not blocked. Watch on; never call it a deadlock.
                         blocked = dumps = ""
-                        _wait_for_end(proc, ending, min(watch.poll_s, max(0.0, deadline - now)))
+                        _wait_for_end(proc, min(watch.poll_s, max(0.0, deadline - now)))
                         continue
                 timed_out, deadlock_s = stuck is None, stuck
                 alive = [p for p in processes_with_token(token) if p not in wrappers] \
                     or [proc.pid]
                 break
-            _wait_for_end(proc, ending, min(watch.poll_s, max(0.0, deadline - now)))
+            _wait_for_end(proc, min(watch.poll_s, max(0.0, deadline - now)))
         # The leader is done (or stopped): whatever else carries the token goes too.
         ended_ns = time.time_ns()
         stopped = timed_out or deadlock_s is not None
@@ -468,8 +465,6 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
             os.chown(out.parent, 0, 0)  # nothing of the run's may change its directory now
             contain.readable(out.parent, again=True)  # a later run (a resume) reads its files
         proc.wait()
-        if ending is not None:
-            os.close(ending)
     wall = time.monotonic() - t0
     ooms, pressure = box.oom_kills() - ooms_before, stress.since(stress_before)
     seen = reader.read(final=True) if reader is not None else None
