@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import torch.distributed as dist
 
@@ -104,11 +105,11 @@ print(len(os.listdir("/proc/self/task")), l._context().get_start_method())
 
 
 def _process_state(pid: int) -> str:
-    """R, S, ... for a running process; Z once it has exited (and not been reaped); '' gone."""
+    """psutil's status of a process ("running", "sleeping", ...; "zombie" once it has exited
+    and is not yet reaped), "" once it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
+        return str(psutil.Process(pid).status())
+    except psutil.NoSuchProcess:
         return ""
 
 
@@ -127,5 +128,6 @@ def test_a_gloo_rank_that_returned_first_ends_only_once_every_rank_returned(tmp_
     peer can still be inside a collective with it. So a rank that is done waits for the
     launcher's release, sent once every rank has returned."""
     states = run_ranks(_late_rank_sees_early_ranks, 3, tmp_path, 20.0)[-1]
-    assert len(states) == 2 and all(s and s not in "ZX" for s in states), \
+    assert len(states) == 2 and all(
+        s and s not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) for s in states), \
         f"ranks that returned first ended before the last rank returned: states {states}"
