@@ -119,8 +119,8 @@ def _collect(procs: list[Any], conns: dict[int, Connection]) -> list[Any]:
         for handle in ready:
             if handle not in pending:
                 continue  # the rank's other handle was ready in the same wait
-            rank = pending.pop(handle)
-            pending.pop(conns[rank] if handle == procs[rank].sentinel else procs[rank].sentinel)
+            rank = pending[handle]
+            del pending[procs[rank].sentinel], pending[conns[rank]]
             message = _receive(conns[rank])
             if message is not None and message[0] == "ok":
                 results[rank] = message[1]
