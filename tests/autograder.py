@@ -2,12 +2,13 @@
 
     python -m tests.autograder --entry "python3 main.py" --out autograder.zip \\
         [--visibility rollback=after_due_date] [--weight rollback=5] [--run-timeout 30]
+        [--policy invariant|per_check]
 
 writes the zip Gradescope expects: `setup.sh` (installs the suite's pinned Python
 dependencies, CPU torch, into the image's python3), `run_autograder` (grades
 /autograder/submission with the python3 on PATH and writes
 /autograder/results/results.json), the suite's graded modules and harness, and the chosen
-entry command, weights and visibility. Inside Gradescope, `run_autograder` calls
+entry command, weights, visibility and grading policy. Inside Gradescope, `run_autograder` calls
 `python3 -m tests.autograder run`; `AUTOGRADER_ROOT` replaces /autograder for a rehearsal.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 from tests.harness.platforms import prairielearn
 from tests.harness.platforms.session import ROOT, Grading, assignment_seed, grade, graded_modules
 from tests.harness.report.grading import VISIBILITIES, WEIGHTS, exercises_of
+from tests.harness.report.policy import DEFAULT_POLICY, DESCRIBE, POLICIES
 from tests.harness.run import box, contain
 
 PLATFORMS = ("gradescope", "prairielearn")
@@ -107,7 +109,8 @@ def fit_warnings(run_timeout_s: float, mem_mb: int | None) -> list[str]:
 def contents(entry: str, run_timeout_s: float, weights: dict[str, float],
              visibility: dict[str, str], observe: bool = True, mem_mb: int | None = None,
              suite_seed: int | None = None, not_checked_credit: float = 0.0,
-             exercises: tuple[str, ...] = ()) -> tuple[dict[str, str], list[Path]]:
+             exercises: tuple[str, ...] = (), policy: str = DEFAULT_POLICY,
+             ) -> tuple[dict[str, str], list[Path]]:
     """What every platform's grader holds: generated files (name -> text) and the suite's."""
     bad = {v for v in visibility.values() if v not in VISIBILITIES}
     if bad:
@@ -121,7 +124,7 @@ def contents(entry: str, run_timeout_s: float, weights: dict[str, float],
         "autograder.json": json.dumps(config, indent=2) + "\n",
         "grading.json": json.dumps({"weights": weights, "visibility": visibility,
                                     "not_checked_credit": not_checked_credit,
-                                    "exercises": list(exercises)},
+                                    "policy": policy, "exercises": list(exercises)},
                                    indent=2) + "\n",
     }
     return generated, files
@@ -147,10 +150,11 @@ def write_folder(out: Path, generated: dict[str, str], files: list[Path]) -> lis
 def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float],
           visibility: dict[str, str], observe: bool = True,
           mem_mb: int | None = None, suite_seed: int | None = None,
-          not_checked_credit: float = 0.0, exercises: tuple[str, ...] = ()) -> list[str]:
+          not_checked_credit: float = 0.0, exercises: tuple[str, ...] = (),
+          policy: str = DEFAULT_POLICY) -> list[str]:
     """Write the Gradescope autograder zip; return the names it holds."""
     generated, files = contents(entry, run_timeout_s, weights, visibility, observe, mem_mb,
-                                suite_seed, not_checked_credit, exercises)
+                                suite_seed, not_checked_credit, exercises, policy)
     generated["run_autograder"] = RUN_AUTOGRADER
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
@@ -282,6 +286,10 @@ def parse_build_args(argv: list[str], prog: str, description: str, out_help: str
                     help="share of its points a check earns when a run it needs did not "
                          "finish (0 to 1; default 0: a run that fails earns nothing for the "
                          "checks it kept from running)")
+    ap.add_argument("--policy", choices=POLICIES, default=DEFAULT_POLICY,
+                    help="how an invariant's checks add up to its points: "
+                         + "; ".join(f"{k}: {v}" for k, v in DESCRIBE.items())
+                         + f" (default {DEFAULT_POLICY})")
     a = ap.parse_args(argv)
     if platform is not None:
         a.platform = platform
@@ -319,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.platform == "prairielearn":
         generated, files = contents(a.entry, a.run_timeout, weights, a.visibility,
                                     not a.no_observe, a.run_mem_mb, a.suite_seed,
-                                    a.not_checked_credit, a.exercises)
+                                    a.not_checked_credit, a.exercises, a.policy)
         names = write_folder(a.out, {**generated, **prairielearn.grader_texts()}, files)
         print(f"wrote {a.out} ({len(names)} files): build and push its Dockerfile's image, "
               "then put info.json's externalGradingOptions in the question "
@@ -327,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     names = build(a.out, a.entry, a.run_timeout, weights, a.visibility,
                   observe=not a.no_observe, mem_mb=a.run_mem_mb, suite_seed=a.suite_seed,
-                  not_checked_credit=a.not_checked_credit, exercises=a.exercises)
+                  not_checked_credit=a.not_checked_credit, exercises=a.exercises,
+                  policy=a.policy)
     print(f"wrote {a.out} ({len(names)} files): upload it as the autograder of a "
           "Gradescope programming assignment (Ubuntu base image)")
     return 0

@@ -78,8 +78,9 @@ What it cannot guarantee there:
 - The student owns the repository and its workflow: a student can edit `.grader/` or the
   workflow and push. Regrade the class from a clean copy of the suite before grades count
   (`python -m tests.grade_class` over the students' clones, or the Gradescope autograder).
-- An invariant's points are all or none (the command grader scores an exit code), where
-  Gradescope and `grade_class` share them among the invariant's checks.
+- An invariant's points are all or none (the command grader scores an exit code): the
+  grading policy `invariant`, every platform's default. The `per_check` policy (partial
+  credit per check) needs Gradescope, PrairieLearn or `grade_class`.
 - The hosted runner is what it is: its user, cores (2 or 4) and memory; runs are contained
   in namespaces where the runner allows `unshare` (as root, through sudo), else as the run
   user `setup.sh` creates. A run the runner could not grade (out of memory twice) costs the
@@ -140,10 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     from tests.autograder import contents, parse_build_args
     from tests.harness.platforms.session import ROOT
     from tests.harness.report.grading import EXERCISES, WEIGHTS
+    from tests.harness.report.policy import INVARIANT
 
     a, weights = parse_build_args(argv, "python -m tests.classroom",
                                   "write a GitHub Classroom template's workflow and suite",
                                   "template folder (the repository's root)", "classroom")
+    if a.policy != INVARIANT:
+        raise SystemExit(f"--policy {a.policy}: GitHub Classroom's command grader scores each "
+                         "invariant by an exit code, all or nothing (the policy "
+                         f"'{INVARIANT}'); for partial credit per check grade on Gradescope, "
+                         "PrairieLearn or with python -m tests.grade_class")
     # One step per graded module: the invariants and the exercises the grading selects.
     weights = {**{k: v for k, v in WEIGHTS.items() if k not in EXERCISES
                   or k in a.exercises}, **weights}

@@ -2,6 +2,7 @@
 
     python -m tests.grade_class SUBMISSIONS/ --out grades/ [--entry "python3 main.py"] [-j K]
         [--executor here|local|slurm] [--cpus-per-task 2] [--partition P]
+        [--policy invariant|per_check]
 
 SUBMISSIONS is a folder with one subfolder per student (its name is the `student` column),
 or Gradescope's "Export Submissions" (a folder per submission id and
@@ -13,12 +14,13 @@ submitit job per submission instead (tests/harness/platforms/class_jobs.py). Run
 resumes: a submission with a results file is not graded twice (delete grades/students/NAME
 to regrade one). It writes:
 
-- grades/grades.csv: student, score, points per invariant, first violation, SID, email and
-  the submission graded;
+- grades/grades.csv: student, score, points per invariant, first violation, the checks each
+  failed invariant was lost through, SID, email and the submission graded;
 - grades/feedback/NAME.md: per invariant, the verdict, the first violation and its likely
   causes in the lesson's terms; for each failed invariant a picture of what the runs did and
   the timelines of its runs (Chrome trace JSON, for Perfetto) in grades/feedback/NAME/;
-- grades/summary.md and summary.png: how many students fail each invariant;
+- grades/summary.md and summary.png: how many students fail each invariant, under which
+  grading policy (`--policy`: an invariant all or nothing, the default, or per check);
 - grades/students/NAME/: that student's results.json and the session's log.
 
 A submission that crashes, hangs, floods its output or leaves processes behind costs only
@@ -38,8 +40,14 @@ from tqdm import tqdm
 
 from tests.harness.platforms.class_jobs import EXECUTORS, JobResources, run_jobs
 from tests.harness.platforms.session import Grading, assignment_seed
-from tests.harness.report.class_report import write_csv, write_feedback, write_summary
-from tests.harness.report.grading import exercises_of
+from tests.harness.report.class_report import (
+    rescored,
+    write_csv,
+    write_feedback,
+    write_summary,
+)
+from tests.harness.report.grading import exercises_of, grading_policy
+from tests.harness.report.policy import DESCRIBE, POLICIES
 from tests.harness.report.roster import read_roster
 from tests.harness.run import contain
 
@@ -55,8 +63,12 @@ def graded(results: Path) -> dict[str, Any] | None:
 
 def grade_class(submissions: Path, out: Path, g: Grading, jobs: int = 1,
                 progress: bool = True, executor: str = "here",
-                resources: JobResources | None = None) -> dict[str, dict[str, Any]]:
-    """Grade every submission not graded yet; write the CSV, feedback and summary."""
+                resources: JobResources | None = None,
+                policy: str | None = None) -> dict[str, dict[str, Any]]:
+    """Grade every submission not graded yet; write the CSV, feedback and summary, every
+    score under `policy` (None: the grading file's, else "invariant"), whichever policy a
+    resumed submission was graded under: each student's results.json is rescored in place."""
+    policy = policy or grading_policy()
     roster = read_roster(submissions)
     grades: dict[str, dict[str, Any]] = {}
     todo = []
@@ -77,6 +89,11 @@ def grade_class(submissions: Path, out: Path, g: Grading, jobs: int = 1,
         bar.set_postfix_str(f"{name}: {results.get('score', 0):.4g}")
         bar.update()
     bar.close()
+    for name, results in grades.items():  # statuses are kept: only the sums change
+        grades[name] = rescored(results, policy)
+        if grades[name] != results:
+            (out / "students" / name / "results.json").write_text(
+                json.dumps(grades[name], indent=2) + "\n")
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     for name, results in grades.items():
         write_feedback(out, name, results, out / "students" / name)
@@ -124,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the lesson's exercises graded too, comma-separated (accumulation, "
                          "or accum); default: the grading file's ($CAPSTONE_GRADING) "
                          "\"exercises\", else none")
+    ap.add_argument("--policy", choices=POLICIES, default=None,
+                    help="how an invariant's checks add up to its points: "
+                         + "; ".join(f"{k}: {v}" for k, v in DESCRIBE.items())
+                         + " (default: the grading file's \"policy\", else invariant). "
+                         "Changing it rescores a graded class without running it again")
     ap.add_argument("--executor", choices=EXECUTORS, default="here",
                     help="here (default): this process; local / slurm: one submitit job per "
                          "submission (a job array on Slurm; needs the [class] extra)")
@@ -147,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     resources = JobResources(a.cpus_per_task, a.session_timeout / 60 + 5, a.partition,
                              a.array_parallelism)
     grades = grade_class(a.submissions, a.out, g, a.jobs, executor=a.executor,
-                         resources=resources)
+                         resources=resources, policy=a.policy)
     print(f"{len(grades)} submissions graded: {a.out / 'grades.csv'}, {a.out / 'feedback'}/, "
           f"{a.out / 'summary.md'}")
     return 0

@@ -142,7 +142,21 @@ def test_the_steps_give_each_module_its_points_from_one_session(tmp_path, graded
     assert reported["max"] == 100
     failed = {k for k, r in reported["steps"].items() if r["status"] == "fail"}
     assert failed == {"equal_rank_norms", "single_process_parity"}
-    assert reported["points"] == classroom_points(model) == model["score"] == 80
+    assert reported["points"] == classroom_points(model) == model["score"] == 100 - sum(
+        WEIGHTS[m] for m in failed)
     assert "initial broadcast is missing" in \
         reported["steps"]["single_process_parity"]["tests"][0]["message"]
     assert len(list((repo / ".grading").glob("*.json"))) == 1
+
+
+def test_partial_credit_per_check_is_refused_where_an_exit_code_scores(tmp_path):
+    """The command grader gives an invariant all or none of its points: the policy
+    `invariant`, the default everywhere. Asking for per-check credit says where to get it."""
+    from tests.classroom import main
+
+    with pytest.raises(SystemExit, match=r"all or nothing.*grade_class"):
+        main(["--out", str(tmp_path / "t"), "--suite-seed", "0", "--policy", "per_check"])
+    assert not (tmp_path / "t").exists()
+    main(["--out", str(tmp_path / "t"), "--suite-seed", "0"])  # the default policy builds
+    grading = json.loads((tmp_path / "t" / ".grader" / "grading.json").read_text())
+    assert grading["policy"] == "invariant"

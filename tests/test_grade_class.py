@@ -37,11 +37,12 @@ def test_a_class_of_broken_students_is_graded_and_resumed(tmp_path):
     with open(out / "grades.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["student"] for r in rows] == sorted(STUDENTS)
-    assert list(rows[0]) == ["student", "score", *INVARIANTS, "first_violation", "not_graded",
-                             "sid", "email", "submission"]
+    assert list(rows[0]) == ["student", "score", *INVARIANTS, "first_violation",
+                             "lost_through", "not_graded", "sid", "email", "submission"]
     assert all(r["submission"] == r["student"] for r in rows)  # a plain folder per student
     assert all(r["not_graded"] == "" for r in rows)
     assert all(r["first_violation"] for r in rows)
+    assert all(r["lost_through"].startswith(r["first_violation"].split(":")[0]) for r in rows)
     hang = (out / "feedback" / "hanger.md").read_text()
     assert "FAILED" in hang and "bound" in hang and "no module named zero" not in hang
     assert "no module named zero" in (out / "feedback" / "crasher.md").read_text()

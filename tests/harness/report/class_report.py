@@ -21,6 +21,7 @@ from tests.harness.report.grading import (
     root_causes,
 )
 from tests.harness.report.pictures import render
+from tests.harness.report.policy import DESCRIBE, INVARIANT, POLICIES, apply_policy
 from tests.harness.report.roster import Student
 
 
@@ -34,17 +35,41 @@ def _points(x: float) -> str:
     return f"{x:.4g}"
 
 
+def policy_of(results: dict[str, Any]) -> str:
+    """The grading policy a results.json was scored under (older files: per check, the only
+    policy there was)."""
+    return str(results.get("extra_data", {}).get("policy", "per_check"))
+
+
+def rescored(results: dict[str, Any], policy: str | None) -> dict[str, Any]:
+    """`results` under `policy` (None: as graded), with the not-checked credit it was graded
+    with: an instructor compares policies without grading anything again."""
+    if policy is None:
+        return results
+    credit = float(results.get("extra_data", {}).get("not_checked_credit", 0.0))
+    return apply_policy(results, policy, credit)
+
+
+def lost_line(name: str, row: dict[str, Any], policy: str) -> str:
+    """Which checks a failed invariant lost its points through, and what that means under
+    the policy it was graded with."""
+    what = "lost through" if policy == INVARIANT else "failed checks:"
+    return (f"{name} {what} {', '.join(row['lost'])} ({len(row['lost'])} of {row['checks']} "
+            f"checks; grading policy '{policy}': {DESCRIBE.get(policy, policy)})")
+
+
 def write_csv(path: Path, grades: dict[str, dict[str, Any]],
               who: dict[str, tuple[Student, ...]] | None = None) -> None:
     """One row per student: student, score, one column per invariant (points earned), first
-    violation, not graded, SID, email, submission. `who`: each submission's students (a
-    group's members each get the group's row); by default the submission is the student."""
+    violation, the checks each failed invariant was lost through, not graded, SID, email,
+    submission. `who`: each submission's students (a group's members each get the group's
+    row); by default the submission is the student."""
     who = who or {}
     cols = columns(grades)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["student", "score", *cols, "first_violation", "not_graded", "sid",
-                    "email", "submission"])
+        w.writerow(["student", "score", *cols, "first_violation", "lost_through",
+                    "not_graded", "sid", "email", "submission"])
         rows = [(s, name, results) for name, results in grades.items()
                 for s in who.get(name, (Student(name),))]
         for person, name, results in sorted(rows, key=lambda r: (r[0].name, r[1])):
@@ -52,10 +77,11 @@ def write_csv(path: Path, grades: dict[str, dict[str, Any]],
             failed = [(k, v) for k in sorted(cols, key=read_order)
                       if (v := inv.get(k)) and not v["passed"]]
             first = f"{failed[0][0]}: {failed[0][1]['first']}" if failed else ""
+            lost = "; ".join(f"{k}: {', '.join(v['lost'])}" for k, v in failed)
             spoiled = " ".join(k for k in cols if inv.get(k, {}).get("not_graded"))
             w.writerow([person.name, _points(results.get("score", 0.0)),
                         *(_points(inv[k]["score"]) if k in inv else "" for k in cols),
-                        first, spoiled, person.sid, person.email, name])
+                        first, lost, spoiled, person.sid, person.email, name])
 
 
 def feedback(student: str, results: dict[str, Any], pictures: dict[str, str] | None = None,
@@ -88,7 +114,8 @@ def feedback(student: str, results: dict[str, Any], pictures: dict[str, str] | N
             lines += ["", row["first"].split(": ", 1)[-1], ""]
             continue
         if not row["passed"]:
-            lines += ["", f"First violation: {row['first']}"]
+            lines += ["", lost_line(name, row, policy_of(results)), "",
+                      f"First violation: {row['first']}"]
             if row["likely"]:
                 lines += ["", "What it most likely means:"]
                 lines += [f"{i}. {cause}" for i, cause in enumerate(row["likely"], 1)]
@@ -190,7 +217,7 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
     scores = sorted(r.get("score", 0.0) for r in grades.values())
     spoiled = sorted(name for name, r in grades.items()
                      if any(v["not_graded"] for v in per_invariant(r).values()))
-    lines = [f"# Class summary: {len(grades)} students", ""]
+    lines = [f"# Class summary: {len(grades)} students", "", policy_line(grades), ""]
     if spoiled:  # first: these grades are incomplete through no fault of the students
         lines += [f"**Not graded completely (the grading machine's fault; regrade on a larger "
                   f"machine): {', '.join(spoiled)}**", ""]
@@ -220,6 +247,23 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
         lines += ["", "(no picture: install matplotlib, e.g. the project's [plot] extra)"]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     return written
+
+
+def policy_line(grades: dict[str, dict[str, Any]]) -> str:
+    """Which grading policy the class's scores follow, and the class under the other one."""
+    used = sorted({policy_of(r) for r in grades.values()})
+    if len(used) != 1:
+        return (f"**Scores follow different grading policies ({', '.join(used)}): regrade, or "
+                "report the class under one (`grade_class --policy`).**")
+    policy = used[0]
+    lines = f"Grading policy '{policy}': {DESCRIBE.get(policy, policy)}."
+    for other in POLICIES:
+        if other != policy and grades:
+            scores = [rescored(r, other).get("score", 0.0) for r in grades.values()]
+            lines += (f" Under '{other}' the class would have median "
+                      f"{statistics.median(scores):.4g}, {sum(x >= 100 for x in scores)} "
+                      "at 100.")
+    return lines
 
 
 def _short(text: str, limit: int) -> str:

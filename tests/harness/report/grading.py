@@ -1,29 +1,48 @@
 """Scores for a Gradescope `results.json`: the weights live here and only here.
 
-Each graded test module carries a weight; its tests share it equally. Modules not listed
-(unit tests of the reference, self-tests of the suite, the mutant catalogue) are not graded.
-Each module's tests also carry a Gradescope visibility. An instructor overrides either without
-editing this file: a JSON file `{"weights": {...}, "visibility": {...}}` named by
-$CAPSTONE_GRADING (the Gradescope autograder ships one, tests/autograder.py writes it).
+Each graded test module carries a weight, shown shared equally among its tests; under the
+default grading policy a module's weight is earned only when all of its tests pass
+(policy.py). Modules not listed (unit tests of the reference, self-tests of the suite, the
+mutant catalogue) are not graded. Each module's tests also carry a Gradescope visibility. An
+instructor overrides any of these without editing this file: a JSON file
+`{"weights": {...}, "visibility": {...}, "policy": "per_check"}` named by $CAPSTONE_GRADING
+(the Gradescope autograder ships one, tests/autograder.py writes it).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
+from tests.harness.report.policy import (
+    DESCRIBE,
+    INVARIANT,
+    NOT_CHECKED,
+    apply_policy,
+    check_name,
+    checked,
+    is_not_checked,
+    module_of,
+)
+
+# Points follow what the capstone composes, so that a mistake that removes a lesson's point
+# costs at least what a slip in the composition costs (a forgotten initial broadcast: 15):
+# ZeRO-1's sharded state and the data-parallel work and traffic are the two lessons it is
+# built on (20 each: the moments kept whole, or every rank on the whole batch, score 80);
+# the checkpoint's byte-exact resume and the guard's rollback are the next two (15 each: a
+# guard that never looked at the numbers scores 85); the run's numbers (monotonic loss and
+# parity with one rank, 10 each; equal norms, 5) and its clean end (5) check the whole.
 WEIGHTS: dict[str, float] = {
     "monotonic_loss": 10,
-    "equal_rank_norms": 10,
+    "equal_rank_norms": 5,
     "zero1_memory": 20,
-    "byte_exact_resume": 20,
-    "no_deadlock": 10,
+    "byte_exact_resume": 15,
+    "no_deadlock": 5,
     "single_process_parity": 10,
-    "rollback": 10,
-    "communication": 10,
+    "rollback": 15,
+    "communication": 20,
 }
 # The lesson's exercises (contract v1's optional flags): graded only where the grading
 # selects them (`--exercises`, the grading file's "exercises", `-k exercise`), each module
@@ -40,20 +59,16 @@ VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 CONFIG_VAR = "CAPSTONE_GRADING"
 LIKELY = "likely: "  # starts each likely-cause line of a test's output (class_report reads it)
 NOT_GRADED = "NOT GRADED (the grading machine's fault, not the submission's): "
-NOT_CHECKED = "not checked: "  # a check whose run did not get there (conftest.holds)
 WENT_WRONG = "What went wrong:\n"  # opens the text of a failed grading
 # The order a student should read failures in: how the run ended and what the ranks did first
 # (later failures are often their consequences), then the numbers.
 ROOT_CAUSE_ORDER = ("no_deadlock", "communication", "equal_rank_norms", "single_process_parity",
                     "monotonic_loss", "zero1_memory", "byte_exact_resume", "rollback",
                     *EXERCISES)
-_MODULE = re.compile(r"(?:^|/)test_(?:invariant|fault|exercise)_(?P<name>\w+)\.py::")
-
-
 def graded_name(nodeid: str) -> str | None:
     """The weight key of a test node id, or None for ungraded tests."""
-    m = _MODULE.search(nodeid)
-    return m["name"] if m and m["name"] in WEIGHTS else None
+    name = module_of(nodeid)
+    return name if name in WEIGHTS else None
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -115,11 +130,12 @@ def not_checked_credit() -> float:
     return float(value)
 
 
-def is_not_checked(output: str) -> bool:
-    """Whether a test's output says its run did not get there (conftest.holds writes
-    "WHAT: not checked: ...")."""
-    first = output.split("\n", 1)[0]
-    return first.startswith(NOT_CHECKED) or f": {NOT_CHECKED}" in first
+def grading_policy() -> str:
+    """How a module's checks add up to its points (policy.py): $CAPSTONE_GRADING's `policy`,
+    "invariant" (the default: all or nothing) or "per_check" (each check its share)."""
+    path = os.environ.get(CONFIG_VAR)
+    return checked(json.loads(Path(path).read_text()).get("policy") if path else None,
+                   str(path))
 
 
 def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dict[str, Any]],
@@ -127,16 +143,16 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                   extra: dict[str, Any] | None = None, note: str = "") -> dict[str, Any]:
     """Write results.json; a graded test that never reported counts as failed (score 0).
 
-    A skipped test (the observed checks under --no-observe) is listed with no points, and the
-    weights of what did run are scaled to keep the same total: turning a check off for a
-    course does not cost its students points. A test the grading machine could not grade
-    (its run was OOM-killed twice) keeps its points out of reach, is not marked failed, and
-    the output says so first: the instructor regrades on a larger machine. A check whose
-    run did not finish fails and earns `not_checked_credit()` of its points (the policy is
-    stated in the output)."""
+    The scores follow the grading policy (`grading_policy()`, policy.py): by default a
+    module's points are earned only when every one of its tests passes. A skipped test (the
+    observed checks under --no-observe) is listed with no points, and the weights of what did
+    run are scaled to keep the same total: turning a check off for a course does not cost its
+    students points. A test the grading machine could not grade (its run was OOM-killed
+    twice) keeps its points out of reach, is not marked failed, and the output says so first:
+    the instructor regrades on a larger machine. A check whose run did not finish fails and
+    earns `not_checked_credit()` of its points (the policy is stated in the output)."""
     weights, visibility = grading_config()
-    credit = not_checked_credit()
-    unchecked = 0
+    credit, policy = not_checked_credit(), grading_policy()
     not_graded = {n for n in collected
                   if str(outcomes.get(n, {}).get("output", "")).startswith(NOT_GRADED)}
     skipped = {n for n in collected if outcomes.get(n, {}).get("status") == "skipped"
@@ -148,7 +164,7 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
     live = sum(weights[m] for m in per_module)
     scale = sum(weights[m] for m in set(collected.values())) / live if live else 0.0
     tests = []
-    total = 0.0
+    points = {m: weights[m] * scale for m in per_module}  # each live module's, exact
     for nodeid, name in sorted(collected.items()):
         res = outcomes.get(nodeid, {"status": "failed", "output": "did not run to completion"})
         if nodeid in skipped:
@@ -156,43 +172,38 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                           "output": f"not graded: {res.get('output', '')}",
                           "visibility": visibility[name]})
             continue
-        max_score = weights[name] * scale / per_module[name]
-        if nodeid in not_graded:
-            tests.append({"name": nodeid, "score": 0.0, "max_score": round(max_score, 4),
-                          "output": res.get("output", ""),  # no status: neither passed
-                          "visibility": visibility[name]})  # nor failed
-            continue
-        passed = res["status"] == "passed"
-        earned = max_score if passed else 0.0
-        if not passed and is_not_checked(str(res.get("output", ""))):
-            unchecked += 1
-            earned = credit * max_score
-        total += earned
-        tests.append({"name": nodeid, "score": round(earned, 4),
-                      "max_score": round(max_score, 4),
-                      "status": "passed" if passed else "failed",
-                      "output": res.get("output", ""), "visibility": visibility[name]})
+        test = {"name": nodeid, "score": 0.0,
+                "max_score": round(points[name] / per_module[name], 4)}
+        if nodeid not in not_graded:  # no status: neither passed nor failed
+            test["status"] = "passed" if res["status"] == "passed" else "failed"
+        tests.append({**test, "output": res.get("output", ""), "visibility": visibility[name]})
+    unchecked = sum(t.get("status") == "failed" and is_not_checked(str(t["output"]))
+                    for t in tests)
     banner = ""
     if not_graded:
         first = str(outcomes[min(not_graded)]["output"]).removeprefix(NOT_GRADED)
         banner = (f"SCORE INCOMPLETE: {len(not_graded)} of {len(tests)} tests could not be "
                   "graded, through the grading machine's fault, not the submission's; they "
-                  "count 0 here until the instructor regrades on a larger machine. "
+                  f"{'and their invariants ' if policy == INVARIANT else ''}count 0 here "
+                  "until the instructor regrades on a larger machine. "
                   f"{one_line(first, 400)}\n\n")
     if unchecked:
         note = (f"{unchecked} check(s) were not checked because a run they need did not "
                 f"finish: each earns {credit:.0%} of its points (the course's grading policy, "
                 "`not_checked_credit` in the grading config)." + (f"\n{note}" if note else ""))
-    results = {"score": round(total, 4),  # summed before rounding: 100, not 100.0001
-               "execution_time": round(elapsed_s, 3),
+    results = {"score": 0.0, "execution_time": round(elapsed_s, 3),
                "output": f"{banner}Graded with suite seed {suite_seed} (every run's data and "
-                         "initial parameters are drawn from it)." + (f"\n{note}" if note else ""),
+                         f"initial parameters are drawn from it) under the grading policy "
+                         f"'{policy}': {DESCRIBE[policy]}." + (f"\n{note}" if note else ""),
                "extra_data": {"suite_seed": suite_seed, "not_graded": sorted(not_graded),
+                              "points": points,  # what each graded module is worth here
+                              "not_checked_credit": credit,
                               # what each failed test's picture shows (grade_class draws it)
                               "pictures": {n: o["picture"] for n, o in outcomes.items()
                                            if "picture" in o and n in collected},
                               **(extra or {})},
                "tests": tests}
+    results = apply_policy(results, policy, credit)
     causes = root_causes(results)
     if causes:  # Gradescope shows this text first: the cause once, before the invariants
         went = WENT_WRONG + "\n".join(
@@ -203,16 +214,15 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
     return results
 
 
-
-
 def read_order(name: str) -> int:
     """A failed invariant's place in the order a student should read them."""
     return ROOT_CAUSE_ORDER.index(name) if name in ROOT_CAUSE_ORDER else len(ROOT_CAUSE_ORDER)
 
 
 def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """invariant -> {"score", "max_score", "passed", "first", "likely", "not_graded"} from a
-    results.json ("not_graded": why the grading machine could not grade it, else "")."""
+    """invariant -> {"score", "max_score", "passed", "first", "likely", "not_graded",
+    "checks", "lost"} from a results.json ("not_graded": why the grading machine could not
+    grade it, else ""; "checks": how many it has; "lost": the ones that failed)."""
     out: dict[str, dict[str, Any]] = {}
     for t in results.get("tests", []):
         if not t.get("max_score"):
@@ -220,7 +230,8 @@ def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         name = graded_name(t["name"]) or t["name"]
         row = out.setdefault(name, {"score": 0.0, "max_score": 0.0, "passed": True,
                                     "first": "", "likely": [], "not_graded": "",
-                                    "consequence": True})
+                                    "consequence": True, "checks": 0, "lost": []})
+        row["checks"] += 1
         row["score"] += t.get("score", 0.0)
         row["max_score"] += t.get("max_score", 0.0)
         if str(t.get("output", "")).startswith(NOT_GRADED):
@@ -231,6 +242,7 @@ def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 row["first"] = lines[0] if lines else ""  # a finding before a consequence
             row["consequence"] = row["consequence"] and _unchecked(lines)
             row["passed"] = False
+            row["lost"].append(check_name(t["name"]))
             for line in lines[1:]:
                 cause = line.removeprefix(LIKELY)
                 if line.startswith(LIKELY) and cause not in row["likely"]:

@@ -1,0 +1,120 @@
+"""How a graded module's checks add up to its points: the grading policy.
+
+- "invariant" (the default): an invariant is a property of the run, so its points are earned
+  only when every check of its module holds. A program that keeps Adam's moments whole loses
+  all of `zero1_memory`, not the share of the one observed check that found it (the file
+  checks a formula satisfies pass).
+- "per_check": each check earns its own share of the module's points (partial credit).
+
+A check whose run did not finish ("not checked") earns the course's `not_checked_credit`
+share under either policy; under "invariant" a module earns the smallest share any of its
+checks earned. A check the grading machine could not grade (no status) earns nothing until a
+regrade. Scores are recomputed from each test's status alone, so a results.json graded under
+one policy is rescored under the other without running anything again (`apply_policy`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+INVARIANT = "invariant"
+PER_CHECK = "per_check"
+POLICIES = (INVARIANT, PER_CHECK)
+DEFAULT_POLICY = INVARIANT
+DESCRIBE = {
+    INVARIANT: "an invariant's points are earned only when every check of it holds",
+    PER_CHECK: "each check earns its own share of its invariant's points",
+}
+# Opens the line a test's output gets when it passed but its invariant's points were lost
+# through another check (stripped and written again at every rescoring).
+NOT_EARNED = "passed, but not earned: "
+NOT_CHECKED = "not checked: "  # a check whose run did not get there (conftest.holds)
+_MODULE = re.compile(r"(?:^|/)test_(?:invariant|fault|exercise)_(?P<name>\w+)\.py::")
+
+
+def module_of(nodeid: str) -> str | None:
+    """The graded module a test node id belongs to ("zero1_memory"), or None."""
+    m = _MODULE.search(nodeid)
+    return m["name"] if m else None
+
+
+def is_not_checked(output: str) -> bool:
+    """Whether a test's output says its run did not get there (conftest.holds writes
+    "WHAT: not checked: ...")."""
+    first = output.split("\n", 1)[0]
+    return first.startswith(NOT_CHECKED) or f": {NOT_CHECKED}" in first
+
+
+def checked(policy: Any, where: str = "the grading config") -> str:
+    """`policy`, validated: one of POLICIES (None: the default)."""
+    if policy is None:
+        return DEFAULT_POLICY
+    if policy not in POLICIES:
+        raise ValueError(f"{where}: policy {policy!r}; use one of {', '.join(POLICIES)} "
+                         f"({INVARIANT}: {DESCRIBE[INVARIANT]}; {PER_CHECK}: "
+                         f"{DESCRIBE[PER_CHECK]})")
+    return str(policy)
+
+
+def check_name(nodeid: str) -> str:
+    """A test's short name, as a student reads it: its function and parameters."""
+    return nodeid.rsplit("::", 1)[-1]
+
+
+def _share(test: dict[str, Any], credit: float) -> float:
+    """What one check earns of its points: passed 1, not checked `credit`, otherwise 0
+    (failed, or not graded by the machine: no status)."""
+    if test.get("status") == "passed":
+        return 1.0
+    if test.get("status") == "failed" and is_not_checked(str(test.get("output", ""))):
+        return credit
+    return 0.0
+
+
+def _strip_note(output: str) -> str:
+    return "\n".join(ln for ln in output.split("\n") if not ln.startswith(NOT_EARNED))
+
+
+def lost_through(tests: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """module -> the checks that did not pass (failed, or not graded), in test order."""
+    out: dict[str, list[str]] = {}
+    for t in tests:
+        name = module_of(t["name"])
+        if name and t.get("max_score") and t.get("status") != "passed":
+            out.setdefault(name, []).append(check_name(t["name"]))
+    return out
+
+
+def apply_policy(results: dict[str, Any], policy: str, credit: float = 0.0) -> dict[str, Any]:
+    """`results` (a results.json model) with every test's score and the total recomputed
+    under `policy`; its extra_data names the policy. Each test keeps its max_score (its
+    module's points shared among its checks), so the tests still add up to the total; the
+    modules' points are extra_data's `points` where the grading recorded them (exact), else
+    the sums of their tests' max_score."""
+    policy = checked(policy)
+    tests = [dict(t) for t in results.get("tests", [])]
+    live = [t for t in tests if t.get("max_score")]  # skipped checks carry no points
+    shares: dict[str, list[float]] = {}
+    for t in live:
+        shares.setdefault(module_of(t["name"]) or t["name"], []).append(_share(t, credit))
+    points = results.get("extra_data", {}).get("points") or {}
+    total = 0.0
+    for name, got in shares.items():
+        module = points.get(name, sum(t["max_score"] for t in live
+                                      if (module_of(t["name"]) or t["name"]) == name))
+        total += module * (min(got) if policy == INVARIANT else sum(got) / len(got))
+    lost = lost_through(live)
+    for t in live:
+        name = module_of(t["name"]) or t["name"]
+        earned = min(shares[name]) if policy == INVARIANT else _share(t, credit)
+        t["score"] = round(t["max_score"] * earned, 4)
+        output = _strip_note(str(t.get("output", "")))
+        if policy == INVARIANT and t.get("status") == "passed" and earned < 1.0:
+            note = (f"{NOT_EARNED}{name} fails through {', '.join(lost.get(name, []))} "
+                    f"(grading policy '{INVARIANT}': {DESCRIBE[INVARIANT]})")
+            output = f"{note}\n{output}" if output else note
+        t["output"] = output
+    out = dict(results, tests=tests, score=round(total, 4))  # summed before rounding: 100
+    out["extra_data"] = {**results.get("extra_data", {}), "policy": policy}
+    return out
