@@ -24,7 +24,7 @@ from typing import Any
 
 from tests.harness.platforms import prairielearn
 from tests.harness.platforms.session import ROOT, Grading, assignment_seed, grade, graded_modules
-from tests.harness.report.grading import VISIBILITIES, WEIGHTS, exercises_of
+from tests.harness.report.grading import EXERCISE_NAMES, VISIBILITIES, WEIGHTS, exercises_of
 from tests.harness.report.policy import DEFAULT_POLICY, DESCRIBE, POLICIES
 from tests.harness.run import box, contain
 
@@ -280,8 +280,8 @@ def parse_build_args(argv: list[str], prog: str, description: str, out_help: str
                     help="memory one process of a run may allocate (default: "
                          f"{box.PROCESS_MB} MB, less where the box is smaller)")
     ap.add_argument("--exercises", default="", metavar="NAMES",
-                    help="the lesson's exercises graded too, comma-separated: accumulation "
-                         "(accum: --micro-batches 4); default none (the invariants only)")
+                    help=f"the lesson's exercises graded too, comma-separated: {EXERCISE_NAMES}; "
+                         "default none (the invariants only)")
     ap.add_argument("--not-checked-credit", type=float, default=0.0, metavar="SHARE",
                     help="share of its points a check earns when a run it needs did not "
                          "finish (0 to 1; default 0: a run that fails earns nothing for the "

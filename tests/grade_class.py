@@ -46,7 +46,7 @@ from tests.harness.report.class_report import (
     write_feedback,
     write_summary,
 )
-from tests.harness.report.grading import exercises_of, grading_policy
+from tests.harness.report.grading import EXERCISE_NAMES, exercises_of, grading_policy
 from tests.harness.report.policy import DESCRIBE, POLICIES
 from tests.harness.report.roster import read_roster
 from tests.harness.run import contain
@@ -138,9 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-observe", action="store_true",
                     help="submissions are not Python programs: no observed checks")
     ap.add_argument("--exercises", default=None, metavar="NAMES",
-                    help="the lesson's exercises graded too, comma-separated (accumulation, "
-                         "or accum); default: the grading file's ($CAPSTONE_GRADING) "
-                         "\"exercises\", else none")
+                    help=f"the lesson's exercises graded too, comma-separated: {EXERCISE_NAMES}; "
+                         "default: the grading file's ($CAPSTONE_GRADING) \"exercises\", else "
+                         "none")
     ap.add_argument("--policy", choices=POLICIES, default=None,
                     help="how an invariant's checks add up to its points: "
                          + "; ".join(f"{k}: {v}" for k, v in DESCRIBE.items())

@@ -242,3 +242,20 @@ def test_a_submission_is_graded_once_per_options_and_whole(tmp_path, monkeypatch
         session.graded_once(cache, sub, session.Grading(suite_seed=7))
     assert calls == [("no_broadcast", 0), ("no_broadcast", 1), ("no_broadcast", 7),
                      ("no_broadcast", 7)]
+
+
+@pytest.mark.parametrize("module", ["tests.grade_class", "tests.autograder"])
+def test_each_option_that_takes_exercises_names_every_one(module, capsys):
+    """`--exercises` lists every exercise by name, short form and flag, as exercises_of
+    reads them: tensor parallelism was missing from grade_class's help."""
+    import importlib
+
+    from tests.harness.report.grading import EXERCISE_FORMS
+
+    assert set(EXERCISE_FORMS) == set(EXERCISES)
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name, (short, flag) in EXERCISE_FORMS.items():
+        assert f"{name} ({short}: {flag})" in text, (module, name)
+        assert exercises_of(short) == exercises_of(name) == (name,)

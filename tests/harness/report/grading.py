@@ -95,13 +95,20 @@ def grading_config() -> tuple[dict[str, float], dict[str, str]]:
     return weights, visibility
 
 
+# Each exercise's short form and the flag it is graded with.
+EXERCISE_FORMS = {"tensor_parallel": ("tp", "--tensor-parallel 2"),
+                  "accumulation": ("accum", "--micro-batches 4")}
+SHORT_EXERCISES = {short: name for name, (short, _) in EXERCISE_FORMS.items()}
+EXERCISE_NAMES = ", ".join(f"{name} ({short}: {flag})"  # as an option's help names them
+                           for name, (short, flag) in EXERCISE_FORMS.items())
+
+
 def exercises_of(names: Any) -> tuple[str, ...]:
     """The exercises a grading selects, checked: names from EXERCISES (short forms "tp" and
     "accum" too), from a list or a comma-separated string."""
     if isinstance(names, str):
         names = [n for n in names.split(",") if n.strip()]
-    short = {"accum": "accumulation", "tp": "tensor_parallel"}
-    out = tuple(dict.fromkeys(short.get(n.strip(), n.strip()) for n in names or []))
+    out = tuple(dict.fromkeys(SHORT_EXERCISES.get(n.strip(), n.strip()) for n in names or []))
     unknown = [n for n in out if n not in EXERCISES]
     if unknown:
         raise ValueError(f"unknown exercise(s) {unknown}: choose from {sorted(EXERCISES)}")
