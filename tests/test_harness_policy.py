@@ -52,7 +52,7 @@ def _grade(tmp_path: Any, checks: dict[str, list[str]]) -> dict[str, Any]:
 @given(gradings, st.sampled_from([0.0, 0.5, 1.0]))
 @example({"zero1_memory": ["passed"] * 6 + ["failed"]}, 0.0)  # the moments kept whole
 @example({"communication": ["passed", "failed", "not_checked"]}, 1.0)
-def test_an_invariant_is_never_worth_more_than_its_checks_together(checks, credit):
+def test_a_property_is_never_worth_more_than_its_checks_together(checks, credit):
     """Under `invariant` a module earns the least any of its checks earned; under
     `per_check` their mean: never less, equal where the checks agree; the tests' scores
     add up to the total either way."""
@@ -83,7 +83,7 @@ def test_an_invariant_is_never_worth_more_than_its_checks_together(checks, credi
     assert apply_policy(apply_policy(strict, PER_CHECK, credit), INVARIANT, credit) == strict
 
 
-def test_by_default_one_failed_check_loses_the_whole_invariant(tmp_path, monkeypatch):
+def test_by_default_one_failed_check_loses_the_whole_module(tmp_path, monkeypatch):
     """The issue's case: six checks a formula satisfies pass, the observed one finds the
     moments whole. Default: 0 of zero1_memory's points, and the passing checks say why."""
     monkeypatch.delenv(CONFIG_VAR, raising=False)
