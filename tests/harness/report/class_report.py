@@ -53,9 +53,14 @@ def rescored(results: dict[str, Any], policy: str | None) -> dict[str, Any]:
 def lost_line(name: str, row: dict[str, Any], policy: str) -> str:
     """Which checks a failed invariant lost its points through, and what that means under
     the policy it was graded with."""
-    what = "lost through" if policy == INVARIANT else "failed checks:"
-    return (f"{name} {what} {', '.join(row['lost'])} ({len(row['lost'])} of {row['checks']} "
-            f"checks; grading policy '{policy}': {DESCRIBE.get(policy, policy)})")
+    lost, checks = row["lost"], row["checks"]
+    if len(lost) >= checks:
+        return f"Failed checks: {', '.join(lost)} (all {checks})."
+    if policy == INVARIANT:
+        return (f"{name} lost through {', '.join(lost)} ({len(lost)} of {checks} checks; the "
+                f"other {checks - len(lost)} passed, but {DESCRIBE[INVARIANT]}).")
+    return (f"{name} failed checks: {', '.join(lost)} ({len(lost)} of {checks}; grading "
+            f"policy '{policy}': {DESCRIBE.get(policy, policy)}).")
 
 
 def write_csv(path: Path, grades: dict[str, dict[str, Any]],
