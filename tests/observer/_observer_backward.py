@@ -61,16 +61,20 @@ def _kind(fn: Any) -> tuple[bool, bool]:
     return kind
 
 
-def work(roots: Any, inputs: Any = None, first: bool = False) -> dict[str, Any]:
+def work(roots: Any, inputs: Any = None, first: bool = False,
+         reached: dict[int, Any] | None = None) -> dict[str, Any]:
     """The tokens this backward's forward consumed: the largest integer index tensor in its
     autograd graph (embedding lookups' indices, the loss's targets), and its rows; and the
     elements of what it differentiates: `inputs` where given, else the leaves the pass
     reaches (autograd's AccumulateGrad nodes), each once. That is the model's P however the
     program holds its parameters: a flat shard kept as an nn.Parameter that no backward
-    reaches is not counted, a dict of plain tensors is."""
+    reaches is not counted, a dict of plain tensors is. `reached`, where given, is filled with
+    those tensors by id (NestedLeaves.outer)."""
     tokens, rows, token_crc = 0, 0, 0
     leaves: dict[int, int] = {id(t): t.numel() for t in tensors_in(inputs)}
     held: dict[int, Any] = {id(t): t for t in tensors_in(inputs)} if first else {}
+    if reached is not None:
+        reached.update({id(t): t for t in tensors_in(inputs)})
     stack = [t.grad_fn for t in tensors_in(roots) if t.grad_fn is not None]
     seen: set[int] = set()
     while stack:
@@ -85,6 +89,8 @@ def work(roots: Any, inputs: Any = None, first: bool = False) -> dict[str, Any]:
                 leaves[id(leaf)] = local(leaf).numel()
                 if first:
                     held[id(leaf)] = leaf
+                if reached is not None:
+                    reached[id(leaf)] = leaf
         if indexes:
             for field in INDEX_FIELDS:
                 for idx in tensors_in(getattr(fn, field, None)):
@@ -97,6 +103,77 @@ def work(roots: Any, inputs: Any = None, first: bool = False) -> dict[str, Any]:
     return {**({"tokens": tokens, "rows": rows, "token_crc": token_crc} if tokens else {}),
             **({"leaf_elements": sum(leaves.values())} if leaves else {}),
             **({"leaves": slices(list(held.values()))} if held else {})}
+
+
+def reached_leaves(roots: Any, inputs: Any = None) -> dict[int, Any]:
+    """id -> leaf of what a backward differentiates: `inputs` where given, else the leaves
+    its graph reaches (AccumulateGrad nodes)."""
+    if inputs is not None:
+        return {id(t): t for t in tensors_in(inputs)}
+    out: dict[int, Any] = {}
+    stack = [t.grad_fn for t in tensors_in(roots) if t.grad_fn is not None]
+    seen: set[int] = set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if _kind(fn)[0]:
+            leaf = getattr(fn, "variable", None)
+            if leaf is not None:
+                out[id(leaf)] = leaf
+        stack += [nxt for nxt, _ in fn.next_functions]
+    return out
+
+
+class NestedLeaves:
+    """What a training step's backward differentiates, with the passes run inside it: a
+    reentrant activation checkpoint's backward runs a nested backward per block, and only
+    those reach the blocks' parameters (the outer pass reaches the embeddings, the last
+    LayerNorm and the head). A nested pass also reaches the inputs the checkpoint detached
+    for it, leaves made anew at every step: so a nested pass's leaf counts when it is an
+    nn.Parameter, or when it is still alive at the next step (a plain tensor the program
+    keeps, as a functional model's dict of weights)."""
+
+    def __init__(self) -> None:
+        self.counted: dict[int, int] = {}  # this step's leaves: id -> elements
+        self.earlier: dict[int, Any] = {}  # id -> weak reference, from earlier steps
+        self.now: dict[int, Any] = {}  # this step's uncounted nested leaves, weakly
+
+    def outer(self, leaves: dict[int, Any]) -> None:
+        """A step's backward begins: its own leaves, counted."""
+        import weakref
+
+        self.earlier.update(self.now)
+        self.now = {}
+        self.counted = {}
+        for i, t in leaves.items():
+            self.counted[i] = local(t).numel()
+            try:
+                self.earlier[i] = weakref.ref(t)
+            except TypeError:
+                continue
+
+    def nested(self, leaves: dict[int, Any]) -> int | None:
+        """A pass inside it: the step's elements if they grew, else None."""
+        import weakref
+
+        import torch
+
+        before = sum(self.counted.values())
+        for i, t in leaves.items():
+            if i in self.counted:
+                continue
+            ref = self.earlier.get(i)
+            if isinstance(t, torch.nn.Parameter) or (ref is not None and ref() is t):
+                self.counted[i] = local(t).numel()
+            else:
+                try:
+                    self.now[i] = weakref.ref(t)
+                except TypeError:
+                    continue
+        after = sum(self.counted.values())
+        return after if after > before else None
 
 
 def loss(root: Any) -> dict[str, float]:

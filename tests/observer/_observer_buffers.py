@@ -9,10 +9,10 @@ size, and a region inside another (a tensor made from a slice of a numpy array) 
 once, as part of the larger.
 
 numpy arrays and bytearrays are not tracked by Python's collector, so they are found as the
-referents of the program's lists, dicts and objects and of every thread's running frames;
-and only where torch holds some tensor over memory it does not own (`torch.from_numpy`,
-`torch.frombuffer`): a program whose tensors are all torch's own pays nothing. A buffer that
-only a running function's local variable holds, or that no tensor views, is not seen. A
+referents of the program's lists, dicts and objects and of every thread's running frames,
+and as the values of running functions' local variables; and only where torch holds some
+tensor over memory it does not own (`torch.from_numpy`, `torch.frombuffer`): a program
+whose tensors are all torch's own pays nothing. A buffer that no tensor views is not seen. A
 tensor the program moved out of the collector's reach (gc.freeze) is still walked; a numpy
 array whose holders it froze is not seen.
 Nothing here keeps a buffer alive beyond the call; nothing is written.
@@ -68,9 +68,7 @@ def python_buffers(tracked: list[Any]) -> list[Any]:
                 ndarray and issubclass(t, ndarray) and o.flags.owndata and o.nbytes):
             found[id(o)] = o
 
-    # Running functions' locals, as the collector sees them (a frame's referents): never
-    # through f_locals, which before Python 3.13 leaves a snapshot of the locals on the
-    # frame and keeps the program's old values alive.
+    # Running functions' frames: their referents, and their locals (_running_locals).
     me = sys._getframe()
     frames = []
     for top in sys._current_frames().values():
@@ -81,7 +79,7 @@ def python_buffers(tracked: list[Any]) -> list[Any]:
             frame = frame.f_back
     holders = _holders(tracked, consider)
     inner = []  # a dict or tuple of untracked values only (arrays) is itself untracked
-    for o in gc.get_referents(*holders, *frames):
+    for o in [*gc.get_referents(*holders, *frames), *_running_locals(frames)]:
         consider(o)
         if type(o) in (dict, tuple) and not gc.is_tracked(o):
             inner.append(o)
@@ -92,6 +90,33 @@ def python_buffers(tracked: list[Any]) -> list[Any]:
     frames.clear()  # no frame object outlives this call through us
     del frames, me, frame, top
     return list(found.values())
+
+
+CO_OPTIMIZED = 0x1  # a function's frame: its f_locals is a snapshot, not its namespace
+
+
+def _running_locals(frames: list[Any]) -> list[Any]:
+    """The values of running functions' local variables. A frame a thread is running shows
+    the collector only f_back and f_trace (before Python 3.13), so a numpy array that only a
+    worker function's local variable holds (as an `mp.spawn` worker holds everything) is
+    read from f_locals. Before 3.13 that leaves a snapshot of the locals on the frame, which
+    would keep the program's old values alive: it is emptied at once (CPython refreshes it
+    from the frame before anyone else reads it, a trace function included). A module's or a
+    class body's f_locals is its namespace, never a snapshot: read, never emptied."""
+    import sys
+
+    out: list[Any] = []
+    snapshot = sys.version_info < (3, 13)
+    for frame in frames:
+        try:
+            values = frame.f_locals
+        except Exception:  # a frame ending under us
+            continue
+        out += list(values.values())
+        if snapshot and frame.f_code.co_flags & CO_OPTIMIZED and type(values) is dict \
+                and values is not frame.f_globals:
+            values.clear()
+    return out
 
 
 _NAMESPACES: dict[int, set[int]] = {}  # len(sys.modules) -> the libraries' namespaces

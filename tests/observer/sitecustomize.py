@@ -121,6 +121,7 @@ class _Observer:
         self.calls = self.backwards = self.steps = self.calls_since_backward = 0
         self.rank, self.first_snapshot = None, None
         self.step_data, self.pending = set(), []
+        self.nested_leaves: Any = _backward.NestedLeaves() if _backward is not None else None
         self.emit({"ev": "hello", "pid": self.pid, "ppid": os.getppid(),
                    "argv": list(getattr(sys, "orig_argv", sys.argv))[:8],
                    "t": time.time_ns()})
@@ -306,7 +307,8 @@ class _Observer:
         @functools.wraps(fn)
         def observed(*args: Any, **kwargs: Any) -> Any:
             if getattr(self.local, "in_backward", False):  # one inside another (torch's own,
-                return fn(*args, **kwargs)                 # e.g. a reentrant checkpoint)
+                self._nested(name, roots, args, kwargs)    # e.g. a reentrant checkpoint):
+                return fn(*args, **kwargs)                 # part of the step's pass
             self.backwards += 1
             # A training step's first backward: the first, or one after a collective (the
             # micro-batches of one step run their backwards with none in between).
@@ -327,8 +329,11 @@ class _Observer:
                         args = (args[0], inputs, *args[2:])
                     else:
                         kwargs = {**kwargs, "inputs": inputs}
-                record.update(_backward.work(root, inputs, first=self.backwards == 1))
+                reached: dict[int, Any] = {}
+                record.update(_backward.work(root, inputs, first=self.backwards == 1,
+                                             reached=reached))
                 record.update(_backward.loss(root))
+                self.nested_leaves.outer(reached)
             except Exception as e:
                 record["work_error"] = repr(e)[:200]
             self.emit(record)
@@ -357,6 +362,22 @@ class _Observer:
                            "finite": _backward.finite_grads(result)})
             return result
         return observed
+
+    def _nested(self, name: str, roots: str, args: Any, kwargs: Any) -> None:
+        """A backward run inside the step's: the leaves it adds to what the step
+        differentiates (`leaves` records; the parser takes the most any pass reached)."""
+        try:
+            root = args[0] if args else kwargs.get(roots)
+            inputs = (args[1] if len(args) > 1 else kwargs.get("inputs")) \
+                if name == "grad" else kwargs.get("inputs")
+            if inputs is not None and not isinstance(inputs, (list, tuple)) and \
+                    not hasattr(inputs, "grad_fn"):
+                return  # a generator: reading it would consume the program's
+            grown = self.nested_leaves.nested(_backward.reached_leaves(root, inputs))
+            if grown is not None:
+                self.emit({"ev": "leaves", "n": self.backwards, "leaf_elements": grown})
+        except Exception as e:
+            self.emit({"ev": "leaves", "error": repr(e)[:200]})
 
     def _snapshot(self) -> None:
         """First point: every storage Python can reach, held by weak reference. Second

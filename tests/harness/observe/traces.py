@@ -244,6 +244,8 @@ class TraceFile:
                 trace.leaf_elements.append(int(rec["leaf_elements"]))
             if "loss" in rec:
                 trace.losses.append((int(rec.get("step", 0)), float(rec["loss"])))
+        elif ev == "leaves" and rec.get("leaf_elements"):  # a pass inside a step's backward
+            trace.leaf_elements.append(int(rec["leaf_elements"]))  # (a reentrant checkpoint)
         elif ev == "grads":
             trace.grads_finite.append((int(rec.get("step", 0)), bool(rec.get("finite"))))
         elif ev == "nemesis":

@@ -1,0 +1,71 @@
+"""What the observer infers where a program's work hides from its first look: a backward
+run inside the step's (a reentrant activation checkpoint's, per block) reaches the blocks'
+parameters that the outer pass does not, and a numpy array that only a running function's
+local variable holds is still memory the rank keeps."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.harness.observe.traces import OBSERVER_DIR, load_observation
+from tests.test_harness_observer import observer_module
+
+CHECKPOINTED = """
+import torch
+from torch.utils.checkpoint import checkpoint
+torch.manual_seed(0)
+emb, head = torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8)      # the outer pass's leaves
+blocks = [torch.nn.Linear(4, 4) for _ in range(2)]                # only nested passes'
+plain = {{"w": torch.randn(4, 4, requires_grad=True)}}               # a functional weight
+idx = torch.tensor([[1, 2, 3], [4, 5, 6]])
+for step in range(3):
+    x = emb(idx)
+    for b in blocks:
+        x = checkpoint(b, x, use_reentrant={reentrant})
+    x = checkpoint(lambda h: h @ plain["w"], x, use_reentrant={reentrant})
+    head(x).sum().backward()
+"""
+# emb 32 + head 40 + blocks 2 x 20 + the plain weight 16 (the detached inputs, 2 x 3 x 4
+# elements per checkpoint and step, are not the model's)
+P = 32 + 40 + 2 * 20 + 16
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_a_checkpointed_models_p_counts_every_block_once(tmp_path, reentrant):
+    (tmp_path / "obs").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(OBSERVER_DIR), CAPSTONE_OBSERVE_DIR=str(tmp_path / "obs"),
+               CAPSTONE_OBSERVE_MEM="")
+    done = subprocess.run([sys.executable, "-c", CHECKPOINTED.format(reentrant=reentrant)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-800:]
+    [p] = load_observation(tmp_path / "obs").processes
+    assert len(p.backwards) == 3  # the nested passes are part of each step's, not steps
+    assert p.model_elements() == P, p.leaf_elements
+
+
+def _holding_whole_arrays(buffers: object) -> list[object]:
+    """A worker function's frame: the arrays are its locals and nothing else's."""
+    whole = np.zeros(10_000, dtype=np.float32)
+    view = whole[:100]  # noqa: F841 (a view owns nothing)
+    return buffers.python_buffers([])  # type: ignore[attr-defined]
+
+
+def test_an_array_only_a_running_functions_local_holds_is_found():
+    """Before 3.13 a running frame shows the collector no locals, so they are read from
+    f_locals, whose snapshot is emptied at once (it would keep the program's old values
+    alive): the function's own locals() still reads them afterwards."""
+    buffers = observer_module("_observer_buffers")
+    found = _holding_whole_arrays(buffers)
+    assert any(isinstance(b, np.ndarray) and b.size == 10_000 for b in found), \
+        [getattr(b, "shape", type(b)) for b in found]
+
+    def after_the_walk() -> dict[str, object]:
+        kept = np.ones(3)
+        buffers.python_buffers([])
+        return locals()
+    assert set(after_the_walk()) == {"kept", "buffers"}  # locals() whole again
