@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.platforms import prairielearn
+from tests.harness.platforms.preflight import SetupError, check_entry, entry_for
 from tests.harness.platforms.session import ROOT, Grading, assignment_seed, grade, graded_modules
 from tests.harness.report.grading import EXERCISE_NAMES, VISIBILITIES, WEIGHTS, exercises_of
 from tests.harness.report.policy import DEFAULT_POLICY, DESCRIBE, POLICIES
@@ -226,7 +227,9 @@ def run_session(submission: Path, results_path: Path) -> dict[str, Any]:
     """Grade `submission` with this unpacked grader's configuration (ROOT: the zip's, the
     PrairieLearn image's or the Classroom template's `.grader/`) into `results_path`."""
     config = json.loads((ROOT / "autograder.json").read_text())
-    g = Grading(entry=config["entry"], run_timeout_s=config["run_timeout_s"],
+    entry = entry_for(config["entry"])
+    check_entry(entry, observe=config.get("observe", True))  # SetupError: nobody is scored
+    g = Grading(entry=entry, run_timeout_s=config["run_timeout_s"],
                 grading_config=ROOT / "grading.json", observe=config.get("observe", True),
                 mem_mb=config.get("run_mem_mb"),
                 suite_seed=config.get("suite_seed")).resolved()
@@ -241,11 +244,15 @@ def run(root: Path, platform: str = "gradescope") -> int:
     """Inside Gradescope: grade root/submission into root/results/results.json. Inside
     PrairieLearn's grader: root/student, and PrairieLearn's results.json (the Gradescope
     file beside it, as results/gradescope.json)."""
-    if platform == "prairielearn":
-        results = run_session(root / "student", root / "results" / "gradescope.json")
-        prairielearn.write(root / "results" / "results.json", results)
-    else:
-        run_session(root / "submission", root / "results" / "results.json")
+    try:
+        if platform == "prairielearn":
+            results = run_session(root / "student", root / "results" / "gradescope.json")
+            prairielearn.write(root / "results" / "results.json", results)
+        else:
+            run_session(root / "submission", root / "results" / "results.json")
+    except SetupError as e:  # the grader's own fault: no results file, so no score, and the
+        print(f"autograder: not grading: {e}", file=sys.stderr)  # platform says the
+        return 1  # autograder failed (the instructor's to fix), not the submission
     return 0  # Gradescope reads the file; a failing submission is not a failing autograder
 
 

@@ -39,6 +39,7 @@ from typing import Any
 from tqdm import tqdm
 
 from tests.harness.platforms.class_jobs import EXECUTORS, JobResources, run_jobs
+from tests.harness.platforms.preflight import SetupError, check_entry, entry_for
 from tests.harness.platforms.session import Grading, assignment_seed
 from tests.harness.report.class_report import (
     rescored,
@@ -122,7 +123,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="one subfolder per student, or a Gradescope export")
     ap.add_argument("--out", type=Path, default=Path("grades"))
     ap.add_argument("--entry", default="python3 main.py",
-                    help="command that runs a submission, inside its folder")
+                    help="command that runs a submission, inside its folder (a bare python3 "
+                         "or python in it is --python)")
+    ap.add_argument("--python", default=None, metavar="PATH",
+                    help="the interpreter a bare python3 / python in --entry runs (default: "
+                         "the one running this command, which has the suite's packages)")
     ap.add_argument("-j", "--jobs", type=int, default=1,
                     help="students graded at once (default 1; each session then makes the "
                          "runs at once the box fits)")
@@ -164,7 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         exercises = None if a.exercises is None else exercises_of(a.exercises)
     except ValueError as e:
         ap.error(f"--exercises: {e}")
-    g = Grading(a.entry, a.run_timeout, None, a.suite_seed, a.session_timeout,
+    entry = entry_for(a.entry, a.python)
+    try:  # the grader's set-up, tried before anyone is graded: never a student's fault
+        check_entry(entry, observe=not a.no_observe)
+    except SetupError as e:
+        print(f"grade_class: not grading: {e}", file=sys.stderr)
+        return 2
+    g = Grading(entry, a.run_timeout, None, a.suite_seed, a.session_timeout,
                 observe=not a.no_observe, exercises=exercises)
     resources = JobResources(a.cpus_per_task, a.session_timeout / 60 + 5, a.partition,
                              a.array_parallelism)

@@ -1,0 +1,72 @@
+"""Before any student is charged: the grader's own set-up, tried once.
+
+A submission's entry command (`python3 main.py`) runs with whatever `python3` the grading
+machine has first on PATH. Run from a virtual environment that is not activated
+(`.venv/bin/python -m tests.grade_class ...`), that is the system's, without torch: every
+student would score 0 with "No module named 'torch'", the grader's fault charged to each.
+So a bare `python3` or `python` in an entry is the interpreter that runs the suite (unless
+told otherwise), and the entry's interpreter is tried once, before anything is graded: it
+must import torch and numpy and load the suite's observer.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.harness.observe.traces import OBSERVER_DIR
+
+BARE = ("python3", "python")
+# What the entry's interpreter must do: import the run's libraries and load the observer
+# from the suite's folder (its sitecustomize, first on the path, as in a run).
+PROBE = ("import sys, torch, numpy, sitecustomize as s; "
+         "sys.stdout.write(getattr(s, '__file__', '') or '')")
+
+
+class SetupError(SystemExit):
+    """The grading machine cannot grade: one line saying what to fix; nobody is scored."""
+
+
+def entry_for(entry: str, python: str | None = None) -> str:
+    """`entry` with a bare `python3` / `python` as its program replaced by `python` (default:
+    the interpreter running the suite); any other program is kept as written."""
+    argv = shlex.split(entry)
+    if argv and argv[0] in BARE:
+        argv[0] = python or sys.executable
+    return shlex.join(argv)
+
+
+def check_entry(entry: str, observe: bool = True, cwd: Path | None = None,
+                timeout_s: float = 120.0) -> None:
+    """Raise SetupError unless the entry's interpreter imports torch and numpy and (with
+    `observe`) loads the suite's observer. An entry that is not a Python interpreter (a
+    shell script, a binary) is not tried: the suite cannot tell what it needs."""
+    argv = shlex.split(entry)
+    if not argv:
+        raise SetupError("the entry command is empty: give the command that runs a "
+                         "submission, e.g. --entry 'python3 main.py'")
+    program = shutil.which(argv[0]) or argv[0]
+    if not Path(program).name.startswith("python"):
+        return
+    env = dict(os.environ, PYTHONPATH=str(OBSERVER_DIR))
+    env.pop("CAPSTONE_OBSERVE_DIR", None)  # load the observer without recording anything
+    try:
+        done = subprocess.run([program, "-c", PROBE], env=env, cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SetupError(f"{argv[0]} ({program}) could not be run: {e}: fix the entry "
+                         "command, or pass --python PATH") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no error message"])[-1]
+        raise SetupError(f"{argv[0]} ({program}) cannot run a submission: {last}: activate "
+                         "the environment the suite is installed in, or pass --python "
+                         ".venv/bin/python")
+    if observe and not done.stdout.startswith(str(OBSERVER_DIR)):
+        raise SetupError(f"{argv[0]} ({program}) loads another sitecustomize "
+                         f"({done.stdout or 'none'}), not the suite's observer: the observed "
+                         "checks would fail for every student; grade with an interpreter "
+                         "without one, or pass --no-observe")
