@@ -1,12 +1,15 @@
-"""`pytest --impl /abs/path/run.sh` from any directory: a pytest plugin this package
-registers (entry point `pytest11`), so that it loads before pytest reads its arguments.
+"""`pytest --impl /abs/path/run.sh --grade-json /tmp/results.json` from any directory: a
+pytest plugin this package registers (entry point `pytest11`), so that it loads before
+pytest reads its arguments.
 
 pytest settles its rootdir and ini file from the arguments that name existing paths before
 it loads conftest.py, which declares `--impl`. A separate value that is a path
 (`--impl /abs/path/run.sh`) is taken for a test path: pytest roots itself at that
 submission's folder, never finds the suite's conftest.py, and stops at "unrecognized
-arguments: --impl". `--impl=VALUE` is never read as a path. On a command line run, this
-plugin starts the same pytest again with the two arguments joined; nothing else changes.
+arguments: --impl". So does a grade file that already exists (`--grade-json
+/tmp/results.json`, a regrade). `--impl=VALUE` is never read as a path. On a command line
+run, this plugin starts the same pytest again with each such option joined to its value;
+nothing else changes.
 It imports nothing of the reference: the suite still never imports the code it checks.
 """
 
@@ -18,16 +21,17 @@ from pathlib import Path
 
 import pytest
 
-OPTION = "--impl"
+OPTIONS = ("--impl", "--grade-json")  # the suite's options whose value may be a path
 
 
 def joined(args: list[str]) -> list[str]:
-    """`args` with each `--impl VALUE` whose VALUE names an existing path as `--impl=VALUE`."""
+    """`args` with each `OPTION VALUE` whose VALUE names an existing path as
+    `OPTION=VALUE`."""
     out: list[str] = []
     i = 0
     while i < len(args):
-        if args[i] == OPTION and i + 1 < len(args) and _is_path(args[i + 1]):
-            out.append(f"{OPTION}={args[i + 1]}")
+        if args[i] in OPTIONS and i + 1 < len(args) and _is_path(args[i + 1]):
+            out.append(f"{args[i]}={args[i + 1]}")
             i += 2
             continue
         if args[i] == "--":  # pytest passes what follows on as positional arguments

@@ -126,3 +126,21 @@ def test_impl_may_be_one_absolute_path(tmp_path):
     argvs = [json.loads(p.read_text())["argv"][0]
              for p in (tmp_path / "bt").rglob("outcome.json")]
     assert argvs == [str(run_sh)], argvs  # the one run the selected check reads
+
+
+@pytest.mark.slow
+def test_a_grade_file_that_already_exists_outside_the_checkout_is_regraded(tmp_path):
+    """README's grading command with an existing results file elsewhere (a regrade):
+    pytest would root itself at its folder and stop at "unrecognized arguments"."""
+    results = tmp_path / "results.json"
+    results.write_text("{}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CAPSTONE_"))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "-k", "invariant and no_deadlock and base", "--basetemp",
+                           str(tmp_path / "bt"), "--impl", f"{sys.executable} -m capstone",
+                           "--grade-json", str(results), "--run-timeout", "30"], cwd=ROOT,
+                          env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=280)
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:]
+    [graded] = json.loads(results.read_text())["tests"]  # written anew: the one check
+    assert graded["status"] == "passed" and "no_deadlock" in graded["name"], graded
