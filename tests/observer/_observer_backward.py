@@ -61,6 +61,19 @@ def _kind(fn: Any) -> tuple[bool, bool]:
     return kind
 
 
+def nodes(roots: Any) -> Any:
+    """Each autograd node of the graph behind `roots`, once."""
+    stack = [t.grad_fn for t in tensors_in(roots) if t.grad_fn is not None]
+    seen: set[int] = set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        yield fn
+        stack += [nxt for nxt, _ in fn.next_functions]
+
+
 def work(roots: Any, inputs: Any = None, first: bool = False,
          reached: dict[int, Any] | None = None) -> dict[str, Any]:
     """The tokens this backward's forward consumed: the largest integer index tensor in its
@@ -75,13 +88,7 @@ def work(roots: Any, inputs: Any = None, first: bool = False,
     held: dict[int, Any] = {id(t): t for t in tensors_in(inputs)} if first else {}
     if reached is not None:
         reached.update({id(t): t for t in tensors_in(inputs)})
-    stack = [t.grad_fn for t in tensors_in(roots) if t.grad_fn is not None]
-    seen: set[int] = set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
+    for fn in nodes(roots):
         accumulates, indexes = _kind(fn)
         if inputs is None and accumulates:
             leaf = getattr(fn, "variable", None)
@@ -99,7 +106,6 @@ def work(roots: Any, inputs: Any = None, first: bool = False,
                     if idx.numel() > tokens or idx.dim() > 1:
                         tokens, rows = idx.numel(), idx.size(0) if idx.dim() > 1 else rows
                         token_crc = crc(idx)
-        stack += [nxt for nxt, _ in fn.next_functions]
     return {**({"tokens": tokens, "rows": rows, "token_crc": token_crc} if tokens else {}),
             **({"leaf_elements": sum(leaves.values())} if leaves else {}),
             **({"leaves": slices(list(held.values()))} if held else {})}
@@ -110,20 +116,8 @@ def reached_leaves(roots: Any, inputs: Any = None) -> dict[int, Any]:
     its graph reaches (AccumulateGrad nodes)."""
     if inputs is not None:
         return {id(t): t for t in tensors_in(inputs)}
-    out: dict[int, Any] = {}
-    stack = [t.grad_fn for t in tensors_in(roots) if t.grad_fn is not None]
-    seen: set[int] = set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        if _kind(fn)[0]:
-            leaf = getattr(fn, "variable", None)
-            if leaf is not None:
-                out[id(leaf)] = leaf
-        stack += [nxt for nxt, _ in fn.next_functions]
-    return out
+    leaves = (getattr(fn, "variable", None) for fn in nodes(roots) if _kind(fn)[0])
+    return {id(leaf): leaf for leaf in leaves if leaf is not None}
 
 
 class NestedLeaves:
