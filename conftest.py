@@ -169,6 +169,11 @@ def _run_cache(config: pytest.Config, root: Path, impl: tuple[str, ...], warm_pa
                     fsize * 2**20 if fsize else None, watch, seed=suite_seed())
 
 
+class SuiteSlip(Exception):
+    """A mistake of the suite's own (a test reading a run its marker does not name): reported
+    as not graded, the suite's to fix, never as a failed invariant."""
+
+
 def declared_reads(item: pytest.Item) -> list[RunSpec] | None:
     """The runs a test reads, as its `reads` marker names them: RunSpecs, or functions of the
     test's parameters (by name) that return a list of them. None: the test has no marker."""
@@ -276,9 +281,9 @@ def run(run_cache: RunCache, impl: tuple[str, ...], request: pytest.FixtureReque
     used = request.node.stash.setdefault(RUNS_USED, [])
 
     def get(spec: RunSpec) -> Run:
-        slip = undeclared(request.node, spec)  # the suite's slip, not the run's
-        if slip:
-            pytest.fail(slip, pytrace=False)
+        slip = undeclared(request.node, spec)  # the suite's slip, not the run's: an
+        if slip:                                 # error (not graded), never a failed check
+            raise SuiteSlip(slip)
         # Whatever a test reads after a base run that did not finish, its verdict is that
         # run's consequence (`holds`): told now, in the same line, without starting the run.
         stopped = next((r for r in used if r.name == BASE.name and not r.outcome.finished()),
@@ -337,9 +342,18 @@ def holds(record_property: Callable[[str, object], None], request: pytest.Fixtur
     record the first violation for the session's invariant table and the grade file."""
     def _picture(invariant: str, runs: list[Run], violations: list[Violation]
                  ) -> dict[str, object] | None:
-        if KINDS.get(invariant) == "curves" and all(r.world_size > 1 for r in runs):
-            runs = [*runs, request.getfixturevalue("run")(SINGLE)]  # what it is compared to
-        return facts(invariant, runs, violations)
+        """What the failure's picture shows; None where it cannot be drawn. The picture is
+        the suite's own: the run it compares with is read past the test's `reads` marker,
+        and its errors go to the session's log, never into the verdict."""
+        try:
+            if KINDS.get(invariant) == "curves" and all(r.world_size > 1 for r in runs):
+                cache = request.getfixturevalue("run_cache")
+                impl = request.getfixturevalue("impl")
+                runs = [*runs, cache.get(impl, SINGLE)]  # what it is compared to
+            return facts(invariant, runs, violations)
+        except Exception as e:  # the suite's error: the check's verdict stands
+            record_property("suite_error", f"the picture of {invariant}: {e!r}")
+            return None
 
     def check(violations: list[Violation], what: str, detail: str = "") -> None:
         if violations:

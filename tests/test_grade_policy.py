@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.harness.platforms.session import Grading, graded_once
-from tests.harness.report.grading import per_invariant
+from tests.harness.report.grading import NOT_GRADED, per_invariant
 from tests.harness.report.policy import INVARIANT, PER_CHECK, apply_policy
 from tests.mutants.catalogue import MUTANTS
 
@@ -86,3 +86,8 @@ def test_every_mistake_loses_its_target_module_whole(shared_tmp, record_property
     for target in MUTANTS[name].targets:
         row = rows[MODULE.get(target, target)]
         assert not row["passed"] and row["score"] == 0 and row["lost"], (target, row)
+    # What the student reads: the mutant's hint, and never the suite's own error
+    said = "\n".join(str(t.get("output", "")) for t in results["tests"])
+    assert MUTANTS[name].hint in said, (name, MUTANTS[name].hint, said[:2000])
+    assert not [t["name"] for t in results["tests"]
+                if str(t.get("output", "")).startswith(NOT_GRADED)], said[:2000]

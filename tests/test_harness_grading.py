@@ -259,3 +259,45 @@ def test_each_option_that_takes_exercises_names_every_one(module, capsys):
     for name, (short, flag) in EXERCISE_FORMS.items():
         assert f"{name} ({short}: {flag})" in text, (module, name)
         assert exercises_of(short) == exercises_of(name) == (name,)
+
+
+def _failed_report(nodeid: str, exc: BaseException, when: str = "call") -> pytest.TestReport:
+    try:
+        raise exc
+    except BaseException:
+        info = pytest.ExceptionInfo.from_current()
+    return pytest.TestReport(nodeid, ("x.py", 0, "t"), {}, "failed", info.getrepr(), when, [])
+
+
+def test_the_suites_own_error_is_never_charged_as_a_failed_check(tmp_path, monkeypatch):
+    """A checker's KeyError (or a fixture's error) is not graded, the suite's to fix: the
+    score is marked incomplete, the student's output holds no traceback; an assert or a
+    check's pytest.fail stays the submission's failure."""
+    import types
+
+    from tests.harness.report.plugin import SuiteReport
+
+    monkeypatch.delenv(CONFIG_VAR, raising=False)
+    report = SuiteReport(types.SimpleNamespace(workerinput={}))  # type: ignore[arg-type]
+    broken = "tests/test_invariant_monotonic_loss.py::t[base]"
+    failed = "tests/test_invariant_equal_rank_norms.py::t[base]"
+    report.pytest_runtest_logreport(_failed_report(broken, KeyError("loss")))
+    report.pytest_runtest_logreport(_failed_report(failed, pytest.fail.Exception(
+        "parameter norms: rank 1 step 0", pytrace=False)))
+    out = report.outcomes
+    assert out[broken]["output"].startswith(f"{NOT_GRADED}the suite failed, not the submission")
+    assert "KeyError: 'loss'" in out[broken]["output"] and "Traceback" not in out[broken]["output"]
+    assert out[failed]["output"] == "parameter norms: rank 1 step 0"
+    assert report.suite_errors == [f"{broken} (call): KeyError: 'loss'"]
+    results = write_results(tmp_path / "r.json", {broken: "monotonic_loss",
+                                                  failed: "equal_rank_norms"}, out, 1.0)
+    [spoiled] = [t for t in results["tests"] if t["name"] == broken]
+    assert "status" not in spoiled and results["output"].startswith("SCORE INCOMPLETE")
+
+
+def test_no_output_holds_xdists_worker_header():
+    from tests.harness.report.plugin import _failure_text
+
+    report = _failed_report("a.py::t", RuntimeError("x"))
+    report.longrepr = "[gw1] linux -- Python 3.11.7 /venv/bin/python\nthe real words"
+    assert _failure_text(report) == "the real words"

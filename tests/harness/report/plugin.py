@@ -51,6 +51,7 @@ class SuiteReport:
         self.matrix: list[dict[str, Any]] = []
         self.left_behind: list[int] = []
         self.observed: dict[str, dict[str, Any]] = {}  # test name -> what the observer measured
+        self.suite_errors: list[str] = []  # the suite's own errors: the instructor's to see
 
     def _graded(self, nodeids: list[str]) -> None:
         for nodeid in nodeids:
@@ -72,7 +73,17 @@ class SuiteReport:
             return
         props = {k: str(v) for k, v in report.user_properties}
         status = "passed" if report.passed else ("skipped" if report.skipped else "failed")
-        reason = props.get("reason") or (one_line(report.longreprtext) if failed else "")
+        reason = props.get("reason") or (one_line(_failure_text(report)) if failed else "")
+        if failed and suite_error(report):  # the suite's own error: not graded, never the
+            reason = (f"{NOT_GRADED}the suite failed, not the submission ("  # student's
+                      f"{one_line(_failure_text(report), 200)}); the instructor regrades "
+                      "once it is fixed (the session's log holds its traceback)")
+            self.suite_errors.append(f"{report.nodeid} ({report.when}): "
+                                     f"{one_line(_failure_text(report), 300)}")
+            props.pop("hint", None)
+            props.pop("detail", None)
+        if "suite_error" in props:
+            self.suite_errors.append(f"{report.nodeid}: {props['suite_error']}")
         if "hint" in props:
             reason += "".join(f"\n{LIKELY}{h}" for h in json.loads(props["hint"]))
         if "detail" in props:
@@ -120,6 +131,11 @@ class SuiteReport:
         if hasattr(self.config, "workerinput"):
             return
         tr = terminalreporter
+        if self.suite_errors:  # first of all: the suite's own errors, charged to nobody
+            tr.section(f"SUITE ERRORS: {len(self.suite_errors)} (the suite's, not the "
+                       "submission's; tracebacks above)")
+            for line in self.suite_errors:
+                tr.write_line(line)
         spoiled = self.not_graded()
         if spoiled:  # first: these verdicts are the machine's, not the submission's
             tr.section(f"NOT GRADED: {len(spoiled)} test(s), the grading machine's fault")
@@ -164,6 +180,31 @@ class SuiteReport:
         path = self.config.getoption("grade_json")
         if path:
             tr.write_line(f"grade file written: {path} (suite seed {suite_seed()})")
+
+
+# What a failed check raises: pytest.fail (the suite's checks, "Failed: ...") or an assert.
+# Anything else that ends a graded test (a KeyError in a checker, a fixture's error, the
+# suite's own slips) is the suite's error.
+STUDENT_FAILURES = ("Failed:", "assert ", "AssertionError")
+XDIST_HEADER = "[gw"  # "[gw1] linux -- Python 3.11.7 /path": xdist's line, not the failure's
+
+
+def suite_error(report: pytest.TestReport) -> bool:
+    """Whether a failed report is the suite's own error rather than a check that failed."""
+    if report.when != "call":
+        return True  # a fixture's setup or teardown: the suite's
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return crash is not None and not str(crash.message).startswith(STUDENT_FAILURES)
+
+
+def _failure_text(report: pytest.TestReport) -> str:
+    """A failure's own words: the exception's message, else its report without xdist's
+    worker header."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None and crash.message:
+        return str(crash.message).removeprefix("Failed: ")
+    return "\n".join(ln for ln in report.longreprtext.splitlines()
+                     if not ln.startswith(XDIST_HEADER))
 
 
 def keep_timelines(folder: Path, outcomes: dict[str, dict[str, Any]]) -> None:
