@@ -261,12 +261,12 @@ def test_each_option_that_takes_exercises_names_every_one(module, capsys):
         assert exercises_of(short) == exercises_of(name) == (name,)
 
 
-def _failed_report(nodeid: str, exc: BaseException, when: str = "call") -> pytest.TestReport:
+def _failed_report(nodeid: str, exc: BaseException) -> pytest.TestReport:
     try:
         raise exc
     except BaseException:
         info = pytest.ExceptionInfo.from_current()
-    return pytest.TestReport(nodeid, ("x.py", 0, "t"), {}, "failed", info.getrepr(), when, [])
+    return pytest.TestReport(nodeid, ("x.py", 0, "t"), {}, "failed", info.getrepr(), "call", [])
 
 
 def test_the_suites_own_error_is_never_charged_as_a_failed_check(tmp_path, monkeypatch):
