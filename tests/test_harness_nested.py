@@ -69,3 +69,34 @@ def test_an_array_only_a_running_functions_local_holds_is_found():
         buffers.python_buffers([])
         return locals()
     assert set(after_the_walk()) == {"kept", "buffers"}  # locals() whole again
+
+
+MICRO_BATCHED = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://{rdv}", rank=0, world_size=1)
+w = torch.randn(64, requires_grad=True)
+dist.broadcast(w.detach(), src=0)  # a rank that communicates: it has a step clock
+state = None
+for step in range(4):
+    for micro in range(4):  # four backward passes make one step
+        (w * torch.randn(64)).sum().backward()
+    dist.all_reduce(w.grad)
+    if state is None:
+        state = torch.zeros(5000)  # the optimizer's state, born at the first step's end
+    w.grad = None
+"""
+
+
+def test_memory_is_walked_at_steps_not_at_micro_batches(tmp_path):
+    """CAPSTONE_OBSERVE_MEM names training steps: with four backward passes a step, the
+    walks at steps 2 and 3 both see the state born at step 1's end (walks at passes 2 and
+    3, inside step 1, saw none of it: a correct micro-batching program lost zero1_memory)."""
+    (tmp_path / "obs").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(OBSERVER_DIR), CAPSTONE_OBSERVE_DIR=str(tmp_path / "obs"),
+               CAPSTONE_OBSERVE_MEM="2,3")
+    done = subprocess.run([sys.executable, "-c", MICRO_BATCHED.format(rdv=tmp_path / "rdv")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-800:]
+    [p] = load_observation(tmp_path / "obs").processes
+    assert len(p.backwards) == 16
+    assert (p.persistent_bytes() or 0) >= 5000 * 4, p.memory

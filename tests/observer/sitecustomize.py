@@ -97,8 +97,12 @@ class _Observer:
         # A run told to inject a NaN (`--inject nan@S`): are its gradients really non-finite?
         argv = " ".join(getattr(sys, "orig_argv", sys.argv))
         self.check_grads = "--inject nan@" in argv or "--inject=nan@" in argv
-        # The backward passes at which memory is walked; empty: no walk and no state search
-        # (a run that no memory check reads: ~0.1-0.3 s of each rank's time saved).
+        # The training steps at whose first backward pass memory is walked (a program that
+        # runs micro-batches has several passes a step, and its optimizer state may be born
+        # only at its first step's end). A process that made no collective before its first
+        # backward (one rank that skips them) has no step clock: there each backward pass is
+        # a step. Empty: no walk and no state search (a run that no memory check reads:
+        # ~0.1-0.3 s of each rank's time saved).
         points = os.environ.get("CAPSTONE_OBSERVE_MEM", "3,6")
         self.mem_at = tuple(int(x) for x in points.split(",")) if points else ()
 
@@ -122,6 +126,7 @@ class _Observer:
         self.rank, self.first_snapshot = None, None
         self.step_data, self.pending = set(), []
         self.nested_leaves: Any = _backward.NestedLeaves() if _backward is not None else None
+        self.communicates = False  # a collective came before the first backward pass
         self.emit({"ev": "hello", "pid": self.pid, "ppid": os.getppid(),
                    "argv": list(getattr(sys, "orig_argv", sys.argv))[:8],
                    "t": time.time_ns()})
@@ -312,7 +317,10 @@ class _Observer:
             self.backwards += 1
             # A training step's first backward: the first, or one after a collective (the
             # micro-batches of one step run their backwards with none in between).
-            self.steps += self.backwards == 1 or self.calls_since_backward > 0
+            starts = self.backwards == 1 or self.calls_since_backward > 0
+            if self.backwards == 1:
+                self.communicates = self.calls_since_backward > 0
+            self.steps += starts
             self.calls_since_backward = 0
             self.step_data, self.pending = set(), []
             root = args[0] if args else kwargs.get(roots)
@@ -347,7 +355,8 @@ class _Observer:
                     nemesis.kill()
                 if nemesis.kind == "nan":
                     args, kwargs = nemesis.poison(name, root, args, kwargs)
-            if self.backwards in self.mem_at:
+            if (self.steps in self.mem_at and starts) if self.communicates else \
+                    self.backwards in self.mem_at:
                 try:
                     self._snapshot()
                 except Exception as e:

@@ -311,8 +311,8 @@ def check_measured_memory(runs: dict[int, Run]) -> list[Violation]:
         b = persistent_bytes(run)
         if b is None:
             out.append(Violation(inv, None, None, f"two memory snapshots in the N={n} run",
-                                 "none", "the observer snapshots at backward passes 3 and 6 "
-                                 "(.backward() or torch.autograd.grad): "
+                                 "none", "the observer snapshots at the first backward pass "
+                                 "of steps 3 and 6 (.backward() or torch.autograd.grad): "
                                  f"did the run train? ({run.outcome.reason()})"))
         else:
             measured[n] = b
