@@ -34,25 +34,41 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+import ways
 
 V, T, C, H, L = 64, 16, 32, 4, 2  # vocabulary, context, width, heads, blocks
 LR = 0.01
 
 
 class Block(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, attention: str = "fused_qkv") -> None:
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        # The same P every way: q, k and v fused in one projection, three projections, or
+        # torch's nn.MultiheadAttention (its in_proj and out_proj)
+        if attention == "separate_qkv":
+            self.q, self.k, self.v = nn.Linear(C, C), nn.Linear(C, C), nn.Linear(C, C)
+        elif attention == "mha":
+            self.mha = nn.MultiheadAttention(C, H, batch_first=True)
+        else:
+            self.qkv = nn.Linear(C, 3 * C)
+        if attention != "mha":
+            self.proj = nn.Linear(C, C)
         self.fc, self.out = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
         self.heads: nn.Module | None = None  # exercise 1: this rank's heads (heads.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (b, t, C) -> (b, t, C)
         if self.heads is not None:
             x = x + self.heads(self.ln1(x))
+        elif hasattr(self, "mha"):
+            h, t = self.ln1(x), x.size(1)
+            causal = torch.ones(t, t, dtype=torch.bool).triu(1)  # True: not attended
+            x = x + self.mha(h, h, h, attn_mask=causal, need_weights=False)[0]
         else:
             b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(C, dim=-1)
+            h = self.ln1(x)
+            q, k, v = (self.qkv(h).split(C, dim=-1) if hasattr(self, "qkv")
+                       else (self.q(h), self.k(h), self.v(h)))
             q, k, v = (z.view(b, t, H, C // H).transpose(1, 2) for z in (q, k, v))
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = x + self.proj(a.transpose(1, 2).reshape(b, t, C))
@@ -60,16 +76,20 @@ class Block(nn.Module):
 
 
 class MiniGPT(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, attention: str = "fused_qkv", remat: str = "") -> None:
         super().__init__()
         self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-        self.blocks = nn.ModuleList(Block() for _ in range(L))
+        self.blocks = nn.ModuleList(Block(attention) for _ in range(L))
         self.lnf, self.head = nn.LayerNorm(C), nn.Linear(C, V, bias=False)
+        self.remat = remat  # activation checkpointing of each block: "", reentrant or not
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
         x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))  # (b, t, C)
         for block in self.blocks:
-            x = block(x)
+            x = (checkpoint(block, x, use_reentrant=self.remat == "reentrant")
+                 if self.remat else block(x))
         logits = self.head(self.lnf(x))  # (b, t, V)
         return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
 
@@ -171,6 +191,19 @@ class Style:
     sum_micro: bool = False  # a mistake: micro-batch gradients summed, not divided by M
     tp: str = "hand"  # exercise 1's heads: the f/g pair by hand, or "dtensor" (heads.py)
     mesh: bool = False  # its groups from a DeviceMesh, else from dist.new_group
+    # The style space's knobs (space.py): how the collectives are written (ways.py), the
+    # model, activation checkpointing, micro-batches inside a step, where the mean is taken,
+    # the group the collectives use and gradient clipping.
+    reduce: str = "reduce_scatter_tensor"
+    gather: str = "all_gather_into_tensor"
+    attention: str = "fused_qkv"  # or separate_qkv, or mha (nn.MultiheadAttention)
+    functional: bool = False  # torch.func.functional_call over a dict of plain tensors
+    remat: str = ""  # "reentrant" or "non_reentrant" activation checkpointing
+    micro: int = 1  # micro-batches of each step (without --micro-batches)
+    mean_first: bool = False  # each rank divides by N before the reduction
+    new_group: bool = False  # the collectives over dist.new_group(every rank)
+    clip: float = 0.0  # clip the global gradient to this norm (0: no clipping)
+    mistake: str = ""  # one of the lesson's mistakes, written in whatever style (knobs.py)
 
 
 class Saver:
@@ -221,10 +254,12 @@ class Saver:
 
 
 def reduce_slice(full: torch.Tensor, rank: int, n: int, fraction: float = 1.0,
-                 group: Any = None) -> torch.Tensor:
+                 group: Any = None, form: str = "reduce_scatter_tensor",
+                 mean_first: bool = False) -> torch.Tensor:
     """This rank's slice of the rank-averaged gradient: a reduce-scatter of the flat padded
-    vector. `fraction` < 1 is a mistake: only that much of each slice is reduced, the rest
-    taken from this rank's own gradient."""
+    vector, written as `form` (ways.py), averaged after the sum or (`mean_first`) before.
+    `fraction` < 1 is a mistake: only that much of each slice is reduced, the rest taken
+    from this rank's own gradient."""
     S = full.numel() // n
     mine = torch.empty(S)
     k = round(S * fraction)
@@ -233,8 +268,10 @@ def reduce_slice(full: torch.Tensor, rank: int, n: int, fraction: float = 1.0,
         dist.reduce_scatter_tensor(mine[:k], by_rank[:, :k].contiguous().view(-1),
                                    group=group)
         mine[k:] = by_rank[rank, k:] * n
+    elif mean_first:
+        return ways.reduce_scatter(form, full / n, group)
     else:
-        dist.reduce_scatter_tensor(mine, full, group=group)
+        mine = ways.reduce_scatter(form, full, group)
     return mine / n
 
 
@@ -243,7 +280,7 @@ class ZeroHook:
     bucket (in the model's parameter order) instead of all-reducing it, leaving this rank's
     slice in `mine`. DDP's own gradients stay local; only the slice is used."""
 
-    def __init__(self, params: list[nn.Parameter], rank: int, n: int, S: int) -> None:
+    def __init__(self, params: list[torch.Tensor], rank: int, n: int, S: int) -> None:
         self.rank, self.n, self.S = rank, n, S
         self.offsets, at = {}, 0
         for p in params:
@@ -268,19 +305,25 @@ class ZeroHook:
 def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     """One rank of ZeRO-1 (the process group is already up)."""
     torch.set_num_threads(1)
-    torch.manual_seed(a.seed)
-    model = MiniGPT()
+    wrong = style.mistake
+    torch.manual_seed(a.seed + (rank if wrong == "no_broadcast" else 0))  # else the same
+    model = MiniGPT(style.attention, style.remat)
     P_model = sum(p.numel() for p in model.parameters())  # summary.json's n_params
     tp = a.tensor_parallel  # exercise 1: ZeRO-1 over the data-parallel group of N/T ranks
     groups = heads.make_groups(rank, n, tp, style.mesh) if tp > 1 else None
     world_rank, rank, n = rank, groups.dp_rank if groups else rank, n // tp
-    dp = groups.dp if groups else None
+    dp = groups.dp if groups else (dist.new_group(list(range(n))) if style.new_group else None)
     if groups is not None:  # the same full model on every rank, then each keeps its heads
         for block in model.blocks:
             block.heads = heads.HeadAttention(block.qkv, block.proj, H, groups, tp, style.tp)
             heads.mark(block.heads)
             del block.qkv, block.proj
-    params = list(model.parameters())
+    params: list[torch.Tensor] = list(model.parameters())
+    weights: dict[str, torch.Tensor] = {}
+    if style.functional:  # the model's parameters as a dict of plain tensors, its forward
+        weights = {k: p.detach().clone().requires_grad_() for k, p in  # functional_call's
+                   model.named_parameters()}
+        params = list(weights.values())
     held = [heads.local(p) for p in params]  # a DTensor's shard: what this rank holds
     P = sum(p.numel() for p in held)
     S = math.ceil(P / n)
@@ -295,17 +338,22 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
 
     with torch.no_grad():
         flat[:P] = torch.nn.utils.parameters_to_vector(held)
-    dist.broadcast(flat, src=groups.dp_src if groups else 0, group=dp)
+    if wrong != "no_broadcast":
+        dist.broadcast(flat, src=groups.dp_src if groups else 0, group=dp)
     shard = style.shard(flat[rank * S:(rank + 1) * S])
     start = 0
     if a.resume:
         start = json.loads((Path(a.resume) / "manifest.json").read_text())["step"]
         saved = torch.load(Path(a.resume) / f"rank-{world_rank}.pt", weights_only=True)
         shard.load(saved, saved["step"])
-        dist.all_gather_into_tensor(flat, shard.state()["master"].contiguous(), group=dp)
+        ways.all_gather(style.gather, flat, shard.state()["master"], dp)
     to_model()
-    x, y = rows(a.seed, n, a.batch_size, rank)  # a tensor-parallel group's rows: its dp rank's
-    forward: nn.Module = model
+    # a tensor-parallel group's rows: its dp rank's
+    x, y = rows(a.seed, n, a.batch_size, 0 if wrong == "same_rows" else rank)
+    def call(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:  # over the dict's tensors
+        return torch.func.functional_call(model, weights, (xs, ys))
+
+    forward: Any = call if style.functional else model
     hook: ZeroHook | None = None
     if style.ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -334,6 +382,10 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     # same mesh, each rank from its own file.
     saver = Saver(a.out, world_rank, n * tp, P_model, style.thread_save)
     m = a.micro_batches  # exercise 2: M micro-batches of B/M rows, one reduction per step
+    if m == 1 and a.batch_size % style.micro == 0:  # the style's own micro-batches
+        m = style.micro
+    if wrong == "reduce_per_micro" and m == 1 and a.batch_size % 2 == 0:
+        m = 2  # a reduction per micro-batch needs two
     if a.batch_size % m:
         raise SystemExit(f"--batch-size {a.batch_size} does not split into {m} micro-batches")
     micro = list(zip(x.chunk(m), y.chunk(m), strict=True))
@@ -353,6 +405,7 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
             mine = hook.mine
         else:  # the micro-batches' gradients summed into a flat buffer, reduced once
             full = torch.zeros(S * n)
+            reduced = torch.zeros(S)  # the mistake reduce_per_micro's sum of reductions
             for xs, ys in micro:
                 part = forward(xs, ys)
                 if style.use_grad:
@@ -367,9 +420,17 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
                         p.grad = None
                 full[:P] += torch.cat([g.reshape(-1) for g in grads])
                 losses.append(part.detach())
+                if wrong == "reduce_per_micro":  # each micro-batch's share reduced at once
+                    reduced += reduce_slice(full, rank, n, 1.0, dp, style.reduce,
+                                            style.mean_first)
+                    full.zero_()
             if poison:
                 full[:P] = float("nan")
-            mine = reduce_slice(full, rank, n, style.reduce_fraction, dp)
+                reduced.fill_(float("nan"))
+            mine = reduced if wrong == "reduce_per_micro" else reduce_slice(
+                full, rank, n, style.reduce_fraction, dp, style.reduce, style.mean_first)
+        if wrong == "summed_gradient":  # the reduction's sum, never divided by N
+            mine = mine * n
         loss = torch.stack(losses).mean() if m > 1 else losses[0]
         saver.publish()  # a shard written on a thread, while this step computed
         # A group's ranks hold the same loss and the same replicated gradients: the mean
@@ -381,8 +442,12 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         dist.all_reduce(stats)
         mean_loss = float(stats[0] / (n * tp))
         grad_norm = float((stats[1] + stats[2] / tp).sqrt())
-        if not math.isfinite(mean_loss) or not math.isfinite(grad_norm) or (
-                prev is not None and mean_loss > 2 * prev):
+        if wrong == "hang" and step == 5 and rank == 0:  # waits for a send never made
+            dist.recv(torch.empty(1), src=1 % (n * tp))
+        if wrong == "crash" and step == 3 and rank == n * tp - 1 > 0:
+            raise RuntimeError(f"rank {rank}: the mistake 'crash' at step {step}")
+        if wrong != "no_guard" and (not math.isfinite(mean_loss) or not math.isfinite(
+                grad_norm) or (prev is not None and mean_loss > 2 * prev)):
             fired, in_a_row = fired or kind in ("nan", "spike"), in_a_row + 1
             saver.publish()
             done = sorted((a.out / "checkpoints").glob("step-*"))
@@ -391,7 +456,7 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
             back = json.loads((done[-1] / "manifest.json").read_text())["step"]
             saved = torch.load(done[-1] / f"rank-{world_rank}.pt", weights_only=True)
             shard.load(saved, saved["step"])
-            dist.all_gather_into_tensor(flat, shard.state()["master"].contiguous(), group=dp)
+            ways.all_gather(style.gather, flat, shard.state()["master"], dp)
             to_model()
             log({"event": "rollback", "rank": world_rank, "step": step, "to_step": back,
                  "reason": "nan" if not math.isfinite(grad_norm) else "spike"})
@@ -400,12 +465,21 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         lr = LR
         if kind == "spike" and step == int(at) and not fired:
             lr, fired = LR * 1000, True
-        dist.all_gather_into_tensor(flat, shard.step(mine, lr).contiguous(), group=dp)
+        if style.clip and grad_norm > style.clip:  # the global norm, the same on every rank
+            mine = mine * (style.clip / grad_norm)
+        before: dict[str, object] = {k: v.detach().clone() for k, v in shard.state().items()} \
+            if wrong == "stale_checkpoint" else {}
+        if wrong == "no_allgather":  # only this rank's slice is updated
+            flat[rank * S:(rank + 1) * S] = shard.step(mine, lr)
+        else:
+            ways.all_gather(style.gather, flat, shard.step(mine, lr), dp)
         to_model()
         prev, in_a_row = mean_loss, 0
-        log(record(step, loss=mean_loss, grad_norm=grad_norm, step_time_s=0.0))
+        log(record(step, loss=float(loss) if wrong == "local_loss" else mean_loss,
+                   grad_norm=grad_norm, step_time_s=0.0))
         if a.checkpoint_every and step % a.checkpoint_every == 0:
-            copy: dict[str, object] = {k: v.detach().clone() for k, v in shard.state().items()}
+            copy: dict[str, object] = before or {
+                k: v.detach().clone() for k, v in shard.state().items()}
             saver.begin(step, {**copy, "step": shard.steps()})
             if not style.thread_save:
                 saver.publish()

@@ -100,8 +100,14 @@ def launch(context: str, target: object = rank_main) -> None:
     argv = sys.argv[1:]
     a = lesson.parse([x for x in argv if x != "numpy_moments"])
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port())
+    processes(context, target, argv, a.world_size)
+
+
+def processes(context: str, target: object, argv: list[str], n: int) -> None:
+    """Ranks 0..n-1 as Processes of `context` running `target(rank, argv)`, joined; exit 1
+    when one fails."""
     ctx: Any = multiprocessing.get_context(context)
-    ranks = [ctx.Process(target=target, args=(r, argv)) for r in range(a.world_size)]
+    ranks = [ctx.Process(target=target, args=(r, argv)) for r in range(n)]
     for p in ranks:
         p.start()
     for p in ranks:

@@ -1,0 +1,146 @@
+"""A space of correct programs, not a list: tests/styles/space.py is one ZeRO-1 program whose
+way of being written is chosen by knobs (launcher, rendezvous, where the state lives, how
+the collectives are written, the backward, micro-batches, the model, clipping, the
+checkpoint's writer, the process group), and Hypothesis draws combinations of them. Every
+drawn program must pass every check of the graded invariants (`-m styles`).
+
+Each one-knob change from the default is pinned by an `@example`; a failing draw shrinks
+toward the defaults, so the failure names the fewest knobs that break the suite ("fails with
+remat=reentrant alone"). Draws are deterministic (derandomized, no example database); one
+command draws as many as asked:
+
+    CAPSTONE_STYLE_DRAWS=100 python -m pytest -m styles -k drawn tests/test_style_space.py
+
+The suite never imports the program: it reads the knobs from `space.py --knobs` and runs it
+as a command, as it runs a student's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from tests.harness.check.matrix import INVARIANT_CHECKS, evaluate
+from tests.harness.observe.violations import summarize
+
+SPACE = Path(__file__).resolve().parent / "styles" / "space.py"
+_SPEC = json.loads(subprocess.run([sys.executable, str(SPACE), "--knobs"], check=True,
+                                  capture_output=True, text=True).stdout)
+KNOBS: dict[str, list[str]] = _SPEC["knobs"]
+EXCLUDED = [((a, x), (b, y)) for (a, x), (b, y), _ in _SPEC["excluded"]]
+MISTAKES: dict[str, tuple[list[str], str]] = {k: (v[0], v[1])
+                                              for k, v in _SPEC["mistakes"].items()}
+DEFAULT = {k: v[0] for k, v in KNOBS.items()}
+DRAWS = int(os.environ.get("CAPSTONE_STYLE_DRAWS", "12"))
+PAIRS = int(os.environ.get("CAPSTONE_STYLE_PAIRS", "12"))
+pytestmark = pytest.mark.fault
+
+
+def allowed(style: dict[str, str]) -> bool:
+    return not any(style.get(a) == x and style.get(b) == y for (a, x), (b, y) in EXCLUDED)
+
+
+def styles() -> st.SearchStrategy[dict[str, str]]:
+    """Every allowed combination of the knobs; each knob shrinks to its default."""
+    return st.fixed_dictionaries({k: st.sampled_from(v) for k, v in KNOBS.items()}
+                                 ).filter(allowed)
+
+
+def with_(**knobs: str) -> dict[str, str]:
+    """The default style with `knobs` changed (and what they need: torchrun meets by env)."""
+    style = {**DEFAULT, **knobs}
+    if style["launcher"] == "torchrun":
+        style["rendezvous"] = "env"
+    return style
+
+
+def changed(style: dict[str, str]) -> str:
+    """The knobs `style` sets away from the default, as --style takes them."""
+    return ",".join(f"{k}={v}" for k, v in style.items() if v != DEFAULT.get(k, "none")
+                    ) or "the default"
+
+
+def command(style: dict[str, str], mistake: str = "none") -> tuple[str, ...]:
+    """The program in `style`, with `mistake` made in it."""
+    knobs = changed({**style, "mistake": mistake})
+    return (sys.executable, str(SPACE), f"--style={knobs if knobs != 'the default' else ''}")
+
+
+def one_knob_changes() -> list[dict[str, str]]:
+    return [with_(**{k: v}) for k, values in KNOBS.items() for v in values[1:]]
+
+
+def test_the_strategy_draws_the_programs_space_and_only_it():
+    """The knobs the suite draws are the program's (`--knobs`), and the program refuses a
+    combination it does not write, naming why."""
+    assert {k: v[0] for k, v in KNOBS.items()} == DEFAULT
+    assert all(allowed(s) for s in one_knob_changes())
+    (a, x), (b, y) = EXCLUDED[0]
+    bad = subprocess.run([sys.executable, str(SPACE), f"--style={a}={x},{b}={y}",
+                          "--out", "/nonexistent"], capture_output=True, text=True)
+    assert bad.returncode == 2 and f"{a}={x} with {b}={y}" in bad.stderr, bad.stderr
+
+
+def _graded(run_cache: Any, style: dict[str, str]) -> dict[str, list[Any]]:
+    impl = command(style)
+    found = evaluate(lambda spec: run_cache.get(impl, spec), INVARIANT_CHECKS, run_cache.seed)
+    return {k: v for k, v in found.items() if v}
+
+
+def _pin_one_knob_changes(test: Any) -> Any:
+    for style in reversed(one_knob_changes()):
+        test = example(style=style)(test)
+    return test
+
+
+@pytest.mark.styles
+@pytest.mark.long
+@pytest.mark.timeout(3600)  # every pinned example and every draw, one grading each
+@settings(max_examples=DRAWS, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.function_scoped_fixture])
+@given(style=styles())
+@_pin_one_knob_changes
+def test_every_drawn_program_passes_every_check(reference_only, run_cache, style):
+    broken = _graded(run_cache, style)
+    assert not broken, f"fails with {changed(style)}:\n" + "\n".join(
+        f"{k}:\n{summarize(v)}" for k, v in broken.items())
+
+
+def _pin_each_mistake_in_the_default_style(test: Any) -> Any:
+    for mistake in reversed(sorted(MISTAKES)):
+        test = example(pair=(dict(DEFAULT), mistake))(test)
+    return test
+
+
+@pytest.mark.styles
+@pytest.mark.long
+@pytest.mark.timeout(3600)
+@settings(max_examples=PAIRS, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.function_scoped_fixture])
+@given(pair=st.tuples(styles(), st.sampled_from(sorted(MISTAKES))).filter(
+    lambda sm: allowed({**sm[0], "mistake": sm[1]})))
+@_pin_each_mistake_in_the_default_style
+def test_every_mistake_is_caught_by_its_target_in_every_style(reference_only, run_cache, pair):
+    """A mistake of the lesson made in a drawn style: caught by each of its target
+    invariants, and the feedback names it (its hint), whatever the way of writing."""
+    from tests.harness.diagnose.diagnosis import diagnose
+
+    style, mistake = pair
+    targets, hint = MISTAKES[mistake]
+    impl = command(style, mistake)
+    found = evaluate(lambda spec: run_cache.get(impl, spec), tuple(targets), run_cache.seed)
+    where = f"mistake={mistake} in {changed(style)}"
+    for target in targets:
+        assert found[target], f"{where}: not caught by {target}"
+    hints = [h for t in targets for h in diagnose(t, found[t])]
+    assert any(hint in h for h in hints), f"{where}: the feedback lacks {hint!r}: {hints}"
