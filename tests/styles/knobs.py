@@ -65,6 +65,8 @@ EXCLUDED: tuple[tuple[tuple[str, str], tuple[str, str], str], ...] = (
      "a reentrant checkpoint does not support torch.autograd.grad"),
     (("reduce", "ddp_hook"), ("mistake", "reduce_per_micro"),
      "DDP's hook reduces once, at the last micro-batch's backward"),
+    (("reduce", "ddp_hook"), ("mistake", "no_broadcast"),
+     "DDP's constructor broadcasts rank 0's parameters: there is no broadcast to forget"),
 )
 
 
