@@ -65,6 +65,8 @@ WENT_WRONG = "What went wrong:\n"  # opens the text of a failed grading
 ROOT_CAUSE_ORDER = ("no_deadlock", "communication", "equal_rank_norms", "single_process_parity",
                     "monotonic_loss", "zero1_memory", "byte_exact_resume", "rollback",
                     *EXERCISES)
+
+
 def graded_name(nodeid: str) -> str | None:
     """The weight key of a test node id, or None for ungraded tests."""
     name = module_of(nodeid)
