@@ -19,12 +19,14 @@ from typing import Any
 from tests.harness.report.policy import (
     DESCRIBE,
     INVARIANT,
-    NOT_CHECKED,
     apply_policy,
     check_name,
     checked,
     is_not_checked,
     module_of,
+)
+from tests.harness.report.policy import (
+    NOT_CHECKED as NOT_CHECKED,  # the checks' words, read from here by conftest.py
 )
 
 # Points follow what the capstone composes, so that a mistake that removes a lesson's point
@@ -247,9 +249,10 @@ def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             row["not_graded"] = row["not_graded"] or str(t["output"]).removeprefix(NOT_GRADED)
         elif t.get("status") != "passed":
             lines = str(t.get("output", "")).splitlines()
-            if row["passed"] or (row["consequence"] and not _unchecked(lines)):
+            unchecked = bool(lines) and is_not_checked(lines[0])  # the cause is elsewhere
+            if row["passed"] or (row["consequence"] and not unchecked):
                 row["first"] = lines[0] if lines else ""  # a finding before a consequence
-            row["consequence"] = row["consequence"] and _unchecked(lines)
+            row["consequence"] = row["consequence"] and unchecked
             row["passed"] = False
             row["lost"].append(check_name(t["name"]))
             for line in lines[1:]:
@@ -257,11 +260,6 @@ def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 if line.startswith(LIKELY) and cause not in row["likely"]:
                     row["likely"].append(cause)
     return out
-
-
-def _unchecked(lines: list[str]) -> bool:
-    """A failed test's output that says its run never got there (the cause is elsewhere)."""
-    return bool(lines) and NOT_CHECKED in lines[0]
 
 
 def root_causes(results: dict[str, Any]) -> list[str]:

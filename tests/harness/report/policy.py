@@ -76,12 +76,18 @@ def _strip_note(output: str) -> str:
     return "\n".join(ln for ln in output.split("\n") if not ln.startswith(NOT_EARNED))
 
 
+def _module(test: dict[str, Any]) -> str:
+    """The module a results.json test counts for (a session that wrote no grade file lists
+    each module as one test, by its name)."""
+    return module_of(test["name"]) or test["name"]
+
+
 def lost_through(tests: list[dict[str, Any]]) -> dict[str, list[str]]:
     """module -> the checks that did not pass (failed, or not graded), in test order."""
     out: dict[str, list[str]] = {}
     for t in tests:
-        name = module_of(t["name"])
-        if name and t.get("max_score") and t.get("status") != "passed":
+        name = _module(t)
+        if t.get("max_score") and t.get("status") != "passed":
             out.setdefault(name, []).append(check_name(t["name"]))
     return out
 
@@ -97,16 +103,16 @@ def apply_policy(results: dict[str, Any], policy: str, credit: float = 0.0) -> d
     live = [t for t in tests if t.get("max_score")]  # skipped checks carry no points
     shares: dict[str, list[float]] = {}
     for t in live:
-        shares.setdefault(module_of(t["name"]) or t["name"], []).append(_share(t, credit))
+        shares.setdefault(_module(t), []).append(_share(t, credit))
     points = results.get("extra_data", {}).get("points") or {}
     total = 0.0
     for name, got in shares.items():
         module = points.get(name, sum(t["max_score"] for t in live
-                                      if (module_of(t["name"]) or t["name"]) == name))
+                                      if _module(t) == name))
         total += module * (min(got) if policy == INVARIANT else sum(got) / len(got))
     lost = lost_through(live)
     for t in live:
-        name = module_of(t["name"]) or t["name"]
+        name = _module(t)
         earned = min(shares[name]) if policy == INVARIANT else _share(t, credit)
         t["score"] = round(t["max_score"] * earned, 4)
         output = _strip_note(str(t.get("output", "")))
