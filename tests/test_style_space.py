@@ -103,7 +103,7 @@ def _pin_one_knob_changes(test: Any) -> Any:
 
 @pytest.mark.styles
 @pytest.mark.long
-@pytest.mark.timeout(3600)  # every pinned example and every draw, one grading each
+@pytest.mark.timeout(900 + 90 * (DRAWS + len(one_knob_changes())))  # a grading each
 @settings(max_examples=DRAWS, derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.function_scoped_fixture])
@@ -123,7 +123,7 @@ def _pin_each_mistake_in_the_default_style(test: Any) -> Any:
 
 @pytest.mark.styles
 @pytest.mark.long
-@pytest.mark.timeout(3600)
+@pytest.mark.timeout(900 + 60 * (PAIRS + len(MISTAKES)))
 @settings(max_examples=PAIRS, derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.function_scoped_fixture])

@@ -16,11 +16,14 @@ KNOBS: dict[str, tuple[str, ...]] = {
     # where the shard and its moments live: torch's Adam over a flat nn.Parameter, a
     # torch.optim.Optimizer subclass (in place), Adam by hand in an object's attributes
     # rebound every step (out of place), moments in numpy arrays of the slice's size, in a
-    # module's globals, or in the locals of a generator the step resumes
+    # module's globals, in the locals of a generator the step resumes, or in the locals of
+    # the running worker function (the shard object holding only weak references)
     "state": ("adam_param", "optimizer_class", "out_of_place", "numpy", "module_globals",
-              "generator_locals"),
-    # the gradient's reduce-scatter (ways.py) or DDP's comm hook; the parameters' all-gather
-    "reduce": ("reduce_scatter_tensor", "reduce_scatter", "all_to_all", "ring", "ddp_hook"),
+              "generator_locals", "worker_locals"),
+    # the gradient's reduce-scatter (ways.py), started asynchronously from post-accumulate-
+    # grad hooks as the backward lands each gradient, or DDP's comm hook; the all-gather
+    "reduce": ("reduce_scatter_tensor", "reduce_scatter", "all_to_all", "ring", "grad_hooks",
+               "ddp_hook"),
     "gather": ("all_gather_into_tensor", "all_gather", "ring"),
     # the backward: .backward() or torch.autograd.grad; activation checkpointing of blocks
     "grad": ("backward", "autograd_grad"),
@@ -28,8 +31,16 @@ KNOBS: dict[str, tuple[str, ...]] = {
     "micro": ("1", "2", "4"),  # micro-batches inside a step (without --micro-batches)
     "mean": ("after", "before"),  # the mean over ranks taken after the reduction or before
     "model": ("fused_qkv", "separate_qkv", "mha", "functional"),
+    # each rank's rows of the global batch: a contiguous block, or strided as
+    # DistributedSampler deals them (rank r takes rows r, r+N, ...): the same global batch
+    "rows": ("contiguous", "strided"),
+    # the guard: on the reduced loss and gradient norm after the reduction, or on the loss
+    # all-reduced before the backward (a spike skips the backward) and the norm after it
+    "guard": ("after_reduce", "loss_first"),
     "clip": ("none", "global"),  # clip the global gradient's norm to 1
-    "save": ("inline", "thread"),  # each rank's shard written in line or by a thread
+    # each rank's shard written into the step's temporary directory in line, by a thread,
+    # or written beside it and renamed in; rank 0 renames the directory after a barrier
+    "save": ("inline", "thread", "rename"),
     "group": ("default", "new_group"),  # the collectives' process group
 }
 DEFAULT = {knob: values[0] for knob, values in KNOBS.items()}
@@ -61,6 +72,10 @@ EXCLUDED: tuple[tuple[tuple[str, str], tuple[str, str], str], ...] = (
     (("reduce", "ddp_hook"), ("model", "functional"), "DDP wraps an nn.Module's parameters"),
     (("reduce", "ddp_hook"), ("mean", "before"), "DDP's hook takes the bucket as DDP sums it"),
     (("reduce", "ddp_hook"), ("group", "new_group"), "DDP's hook reduces over the default group"),
+    (("grad", "autograd_grad"), ("reduce", "grad_hooks"),
+     "torch.autograd.grad accumulates no .grad: post-accumulate-grad hooks never run"),
+    (("reduce", "ddp_hook"), ("guard", "loss_first"),
+     "DDP's no_sync needs each micro-batch's backward right after its forward"),
     (("grad", "autograd_grad"), ("remat", "reentrant"),
      "a reentrant checkpoint does not support torch.autograd.grad"),
     (("reduce", "ddp_hook"), ("mistake", "reduce_per_micro"),

@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import math
 import os
-import shutil
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +32,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 import ways
+from hooks import HookedReduce
+from saver import Saver
 
 V, T, C, H, L = 64, 16, 32, 4, 2  # vocabulary, context, width, heads, blocks
 LR = 0.01
@@ -116,13 +115,15 @@ def parse(argv: list[str], tensor_parallel: bool = True) -> argparse.Namespace:
     return a
 
 
-def rows(seed: int, n: int, b: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's B rows of the global batch of N*B (a function of seed and N*B)."""
+def rows(seed: int, n: int, b: int, rank: int,
+         strided: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's B rows of the global batch of N*B (a function of seed and N*B): a
+    contiguous block, or (`strided`) rows rank, rank+N, ... as DistributedSampler deals."""
     g = torch.Generator().manual_seed(seed)
     first = torch.randint(0, V, (n * b, 1), generator=g)
     stride = torch.randint(1, 4, (n * b, 1), generator=g)
     data = (first + stride * torch.arange(T + 1)) % V
-    mine = data[rank * b:(rank + 1) * b]
+    mine = data[rank::n] if strided else data[rank * b:(rank + 1) * b]
     return mine[:, :-1], mine[:, 1:]
 
 
@@ -186,6 +187,9 @@ class Style:
     shard: type[ShardOpt] = AdamShard  # how the shard is held and stepped
     use_grad: bool = False  # torch.autograd.grad instead of .backward()
     thread_save: bool = False  # a background thread writes the checkpoint
+    rename_save: bool = False  # each shard written beside the step's directory, renamed in
+    strided: bool = False  # this rank's rows strided over the global batch, as a sampler's
+    loss_first: bool = False  # the guard tests the loss before the backward, the norm after
     reduce_fraction: float = 1.0  # a mistake: reduce only this much of the gradient
     ddp: bool = False  # DDP's backward, its comm hook reduce-scattering (ZeroHook)
     sum_micro: bool = False  # a mistake: micro-batch gradients summed, not divided by M
@@ -204,53 +208,6 @@ class Style:
     new_group: bool = False  # the collectives over dist.new_group(every rank)
     clip: float = 0.0  # clip the global gradient to this norm (0: no clipping)
     mistake: str = ""  # one of the lesson's mistakes, written in whatever style (knobs.py)
-
-
-class Saver:
-    """A checkpoint in two halves: `begin` writes this rank's shard under a temporary
-    directory (on a background thread, in the `thread_save` style, as asynchronous
-    checkpointing does), `publish` waits for every rank's shard, writes the manifest and
-    renames the directory: a `step-*` exists only complete. Collectives stay on the loop's
-    thread."""
-
-    def __init__(self, out: Path, rank: int, n: int, P: int, threaded: bool) -> None:
-        self.out, self.rank, self.n, self.P, self.threaded = out, rank, n, P, threaded
-        self.pending: tuple[int, Path] | None = None
-        self.writer: threading.Thread | None = None
-
-    def begin(self, step: int, shard: dict[str, object]) -> None:
-        self.publish()
-        tmp = self.out / "checkpoints" / f".step-{step:06d}"
-        if self.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        dist.barrier()
-        self.pending = (step, tmp)
-        if self.threaded:
-            self.writer = threading.Thread(target=torch.save,
-                                           args=(shard, tmp / f"rank-{self.rank}.pt"))
-            self.writer.start()
-        else:
-            torch.save(shard, tmp / f"rank-{self.rank}.pt")
-
-    def publish(self) -> None:
-        if self.pending is None:
-            return
-        if self.writer is not None:
-            self.writer.join()
-            self.writer = None
-        (step, tmp), self.pending = self.pending, None
-        dist.barrier()
-        if self.rank == 0:
-            shards = [{"rank": r, "file": f"rank-{r}.pt",
-                       "sha256": hashlib.sha256((tmp / f"rank-{r}.pt").read_bytes())
-                       .hexdigest(), "bytes": (tmp / f"rank-{r}.pt").stat().st_size}
-                      for r in range(self.n)]
-            (tmp / "manifest.json").write_text(json.dumps(
-                {"contract": 1, "step": step, "world_size": self.n, "n_params": self.P,
-                 "shards": shards}))
-            tmp.rename(self.out / "checkpoints" / f"step-{step:06d}")
-        dist.barrier()
 
 
 def reduce_slice(full: torch.Tensor, rank: int, n: int, fraction: float = 1.0,
@@ -349,7 +306,7 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         ways.all_gather(style.gather, flat, shard.state()["master"], dp)
     to_model()
     # a tensor-parallel group's rows: its dp rank's
-    x, y = rows(a.seed, n, a.batch_size, 0 if wrong == "same_rows" else rank)
+    x, y = rows(a.seed, n, a.batch_size, 0 if wrong == "same_rows" else rank, style.strided)
     def call(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:  # over the dict's tensors
         return torch.func.functional_call(model, weights, (xs, ys))
 
@@ -380,7 +337,7 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     fired, prev, step, in_a_row = False, None, start + 1, 0
     # A shard per rank (of its own parameters, over its data-parallel group): resumed by the
     # same mesh, each rank from its own file.
-    saver = Saver(a.out, world_rank, n * tp, P_model, style.thread_save)
+    saver = Saver(a.out, world_rank, n * tp, P_model, style.thread_save, style.rename_save)
     m = a.micro_batches  # exercise 2: M micro-batches of B/M rows, one reduction per step
     if m == 1 and a.batch_size % style.micro == 0:  # the style's own micro-batches
         m = style.micro
@@ -390,6 +347,27 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         raise SystemExit(f"--batch-size {a.batch_size} does not split into {m} micro-batches")
     micro = list(zip(x.chunk(m), y.chunk(m), strict=True))
     scale = 1 if style.sum_micro else m
+    hooked = HookedReduce(params, S, n, dp, style.mean_first) \
+        if style.reduce == "grad_hooks" else None
+
+    def roll_back(step: int, reason: str, in_a_row: int) -> tuple[int, None, int]:
+        """Back to the latest complete checkpoint: the step to run next, no previous loss,
+        the rollbacks in a row."""
+        nonlocal fired
+        fired, in_a_row = fired or kind in ("nan", "spike"), in_a_row + 1
+        saver.publish()
+        done = sorted((a.out / "checkpoints").glob("step-*"))
+        if not done or in_a_row > 3:
+            raise SystemExit(f"rank {rank}: diverged at step {step}, giving up")
+        back = json.loads((done[-1] / "manifest.json").read_text())["step"]
+        saved = torch.load(done[-1] / f"rank-{world_rank}.pt", weights_only=True)
+        shard.load(saved, saved["step"])
+        ways.all_gather(style.gather, flat, shard.state()["master"], dp)
+        to_model()
+        log({"event": "rollback", "rank": world_rank, "step": step, "to_step": back,
+             "reason": reason})
+        return back + 1, None, in_a_row
+
     while step <= a.steps:
         for p in params:
             p.grad = None
@@ -406,8 +384,23 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         else:  # the micro-batches' gradients summed into a flat buffer, reduced once
             full = torch.zeros(S * n)
             reduced = torch.zeros(S)  # the mistake reduce_per_micro's sum of reductions
-            for xs, ys in micro:
-                part = forward(xs, ys)
+            parts = [forward(xs, ys) for xs, ys in micro] if style.loss_first else []
+            if parts and wrong != "no_guard":  # the guard on the loss, before any backward
+                early = torch.stack(parts).detach().mean().double().reshape(1)
+                dist.all_reduce(early)
+                early_loss = float(early[0]) / (n * tp)
+                if not math.isfinite(early_loss) or (prev is not None and
+                                                     early_loss > 2 * prev):
+                    step, prev, in_a_row = roll_back(step, "spike" if math.isfinite(
+                        early_loss) else "nan", in_a_row)
+                    continue
+            for i, (xs, ys) in enumerate(micro):
+                part = parts[i] if parts else forward(xs, ys)
+                if hooked is not None:  # its hooks take the gradients as they land
+                    hooked.expect(last=i == m - 1 or wrong == "reduce_per_micro")
+                    (part / scale).backward()
+                    losses.append(part.detach())
+                    continue
                 if style.use_grad:
                     grads = tuple(heads.local(g)
                                   for g in torch.autograd.grad(part / scale, params))
@@ -427,8 +420,14 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
             if poison:
                 full[:P] = float("nan")
                 reduced.fill_(float("nan"))
-            mine = reduced if wrong == "reduce_per_micro" else reduce_slice(
-                full, rank, n, style.reduce_fraction, dp, style.reduce, style.mean_first)
+            if hooked is not None:
+                mine = hooked.wait()
+                if poison:
+                    mine.fill_(float("nan"))
+            else:
+                mine = reduced if wrong == "reduce_per_micro" else reduce_slice(
+                    full, rank, n, style.reduce_fraction, dp, style.reduce,
+                    style.mean_first)
         if wrong == "summed_gradient":  # the reduction's sum, never divided by N
             mine = mine * n
         loss = torch.stack(losses).mean() if m > 1 else losses[0]
@@ -448,19 +447,8 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
             raise RuntimeError(f"rank {rank}: the mistake 'crash' at step {step}")
         if wrong != "no_guard" and (not math.isfinite(mean_loss) or not math.isfinite(
                 grad_norm) or (prev is not None and mean_loss > 2 * prev)):
-            fired, in_a_row = fired or kind in ("nan", "spike"), in_a_row + 1
-            saver.publish()
-            done = sorted((a.out / "checkpoints").glob("step-*"))
-            if not done or in_a_row > 3:
-                raise SystemExit(f"rank {rank}: diverged at step {step}, giving up")
-            back = json.loads((done[-1] / "manifest.json").read_text())["step"]
-            saved = torch.load(done[-1] / f"rank-{world_rank}.pt", weights_only=True)
-            shard.load(saved, saved["step"])
-            ways.all_gather(style.gather, flat, shard.state()["master"], dp)
-            to_model()
-            log({"event": "rollback", "rank": world_rank, "step": step, "to_step": back,
-                 "reason": "nan" if not math.isfinite(grad_norm) else "spike"})
-            prev, step = None, back + 1
+            step, prev, in_a_row = roll_back(step, "nan" if not math.isfinite(grad_norm)
+                                             else "spike", in_a_row)
             continue
         lr = LR
         if kind == "spike" and step == int(at) and not fired:

@@ -45,24 +45,27 @@ def lesson_style(k: dict[str, str]) -> Any:
     shard = {"adam_param": lesson.AdamShard, "optimizer_class": OwnShard,
              "out_of_place": states.OutOfPlace, "numpy": states.NumpySlice,
              "module_globals": states.Globals, "generator_locals": states.GeneratorLocals,
+             "worker_locals": lesson.AdamShard,  # rank_main's locals replace it
              }[k["state"]]
     if k["mistake"] == "whole_moments":
         shard = states.WholeMoments
     return lesson.Style(
         shard=shard, use_grad=k["grad"] == "autograd_grad", thread_save=k["save"] == "thread",
-        ddp=k["reduce"] == "ddp_hook",
-        reduce=k["reduce"] if k["reduce"] != "ddp_hook" else "reduce_scatter_tensor",
+        ddp=k["reduce"] == "ddp_hook", reduce=k["reduce"],
         gather=k["gather"], attention=k["model"] if k["model"] != "functional" else "fused_qkv",
         functional=k["model"] == "functional",
         remat="" if k["remat"] == "none" else k["remat"], micro=int(k["micro"]),
         mean_first=k["mean"] == "before", new_group=k["group"] == "new_group",
         clip=1.0 if k["clip"] == "global" else 0.0,
+        rename_save=k["save"] == "rename", strided=k["rows"] == "strided",
+        loss_first=k["guard"] == "loss_first",
         mistake="" if k["mistake"] == "none" else k["mistake"])
 
 
 def rank_main(rank: int, argv: list[str]) -> None:
     """One rank: meet the others the style's way, then train."""
     import lesson
+    import torch
     import torch.distributed as dist
 
     k, flags = split_style(argv)
@@ -76,6 +79,18 @@ def rank_main(rank: int, argv: list[str]) -> None:
     else:  # env://: MASTER_ADDR and MASTER_PORT from the launcher (torchrun's own)
         dist.init_process_group("gloo", rank=rank, world_size=a.world_size)
     style = lesson_style(k)
+    if k["state"] == "worker_locals" and k["mistake"] != "whole_moments":
+        # The shard and its moments as this running function's locals, the slice's size
+        # (the model's P over N, padded); the shard object only refers to them weakly.
+        import functools
+        import math
+
+        import states
+
+        S = math.ceil(sum(p.numel() for p in lesson.MiniGPT(style.attention).parameters())
+                      / a.world_size)
+        master_t, exp_avg, exp_avg_sq = torch.zeros(S), torch.zeros(S), torch.zeros(S)
+        style.shard = functools.partial(states.WorkerLocals, master_t, exp_avg, exp_avg_sq)
     if k["mistake"] == "whole_numpy_locals":
         # The moments whole, for every rank's slice, in numpy arrays that only this running
         # function's locals hold; the shard steps torch views of this rank's slice, so every

@@ -6,6 +6,7 @@ code writes it), and moments kept in numpy arrays of the slice's size with torch
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -186,3 +187,39 @@ class WholeMoments(OutOfPlace):
         self.exp_avg.copy_(state["exp_avg"])
         self.exp_avg_sq.copy_(state["exp_avg_sq"])
         self.t = step
+
+
+class WorkerLocals(ShardOpt):
+    """The master and the moments as local variables of the running worker function
+    (space.rank_main's), stepped in place; this object holds only weak references to them,
+    so nothing but that function's frame keeps them alive."""
+
+    def __init__(self, master_t: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+                 master: torch.Tensor) -> None:
+        self.refs = [weakref.ref(t) for t in (master_t, m, v)]
+        master_t.copy_(master)
+        self.t = 0
+
+    def held(self) -> list[torch.Tensor]:
+        out = [r() for r in self.refs]
+        if any(t is None for t in out):
+            raise RuntimeError("the worker function's state is gone")
+        return out  # type: ignore[return-value]
+
+    def step(self, grad: torch.Tensor, lr: float = LR) -> torch.Tensor:
+        self.t += 1
+        p, m, v = self.held()
+        for old, new in zip((p, m, v), adam(p, grad, m, v, self.t, lr), strict=True):
+            old.copy_(new)
+        return p
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return dict(zip(("master", "exp_avg", "exp_avg_sq"), self.held(), strict=True))
+
+    def load(self, state: dict[str, torch.Tensor], step: int) -> None:
+        for t, k in zip(self.held(), ("master", "exp_avg", "exp_avg_sq"), strict=True):
+            t.copy_(state[k])
+        self.t = step
+
+    def steps(self) -> int:
+        return self.t
