@@ -9,7 +9,8 @@ Every program of the corpus is graded on every check under `-m styles` (minutes:
 each, spawn-style and torchrun launchers start torch once per rank), and on the lesson's
 exercises it does: accumulation by a flat buffer, by autograd.grad sums and under DDP's
 no_sync; the heads by hand over dist.new_group groups and by DTensor's
-ColwiseParallel/RowwiseParallel on a DeviceMesh (dtensor_heads.py)."""
+ColwiseParallel/RowwiseParallel on a DeviceMesh (dtensor_heads.py), and each all-reduce of
+the pair written as an exchange of isend/recv with the peer (exchange_heads.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from tests.harness.run.runs import BASE, nemesis_kill, nemesis_of
 
 STYLES = Path(__file__).resolve().parent / "styles"
 CORPUS = ("flat_parameter", "optimizer_class", "process_spawn", "subprocess_ranks",
-          "torchrun_ranks", "ddp_hook", "dtensor_heads", "frozen_state")
+          "torchrun_ranks", "ddp_hook", "dtensor_heads", "exchange_heads", "frozen_state")
 # The lesson's exercises each program does (every one accumulates; ddp_hook rejects
 # --tensor-parallel: DDP over a data-parallel group beside head parallelism is not written)
 EXERCISES_DONE = {name: ("accumulation", "tensor_parallel") for name in CORPUS} | {

@@ -4,6 +4,9 @@ styles:
 
 - `hand`: Megatron's f/g pair written as autograd functions over a process group (identity
   forward and all-reduce backward before the heads; all-reduce forward after them);
+- `exchange`: the same pair, each all-reduce written as an exchange with the group's peers
+  (`isend` of this rank's tensor, `recv` of each peer's, the sum in the group's rank order),
+  as course code writes it before it meets the collectives;
 - `dtensor`: `torch.distributed.tensor.parallel`: `ColwiseParallel` on the q/k/v projection
   (its rows regrouped so that rank t's contiguous block holds its heads' q, k and v) and
   `RowwiseParallel` on the output projection, over the mesh's "tp" dimension.
@@ -52,29 +55,47 @@ def make_groups(rank: int, n: int, t: int, mesh: bool) -> Groups:
     return Groups(tp_rank, dp_rank, tp, dp, tp_rank)
 
 
+def group_sum(x: torch.Tensor, group: Any, exchange: bool = False) -> torch.Tensor:
+    """The sum of `x` over the group's ranks: an all-reduce, or (`exchange`) an exchange
+    with each peer, summed in the group's rank order so every rank holds the same bits."""
+    x = x.contiguous().clone()
+    if not exchange:
+        dist.all_reduce(x, group=group)
+        return x
+    me, got = dist.get_rank(), {}
+    for peer in dist.get_process_group_ranks(group):
+        if peer != me:
+            sent = dist.isend(x, peer, group)
+            got[peer] = torch.empty_like(x)
+            dist.recv(got[peer], peer, group)
+            if sent is not None:  # None off the group
+                sent.wait()
+    got[me] = x
+    total = torch.zeros_like(x)
+    for r in sorted(got):
+        total += got[r]
+    return total
+
+
 class _F(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
-        ctx.group = group
+    def forward(ctx: Any, x: torch.Tensor, group: Any, exchange: bool) -> torch.Tensor:
+        ctx.group, ctx.exchange = group, exchange
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad, None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return group_sum(grad, ctx.group, ctx.exchange), None, None
 
 
 class _G(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
-        out = x.contiguous().clone()
-        dist.all_reduce(out, group=group)
-        return out
+    def forward(ctx: Any, x: torch.Tensor, group: Any, exchange: bool) -> torch.Tensor:
+        return group_sum(x, group, exchange)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad, None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return grad, None, None
 
 
 def head_rows(c: int, heads: int, t: int, rank: int) -> torch.Tensor:
@@ -93,7 +114,7 @@ class HeadAttention(nn.Module):
         super().__init__()
         c = qkv.in_features
         self.heads, self.local, self.group, self.style = heads // t, c // t, g.tp, style
-        if style == "hand":
+        if style in ("hand", "exchange"):
             rows = head_rows(c, heads, t, g.tp_rank)
             self.qkv = nn.Linear(c, 3 * self.local)
             self.proj = nn.Linear(self.local, c, bias=False)
@@ -122,14 +143,15 @@ class HeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
-        if self.style == "hand":
-            x = _F.apply(x, self.group)
+        by_hand, exchange = self.style in ("hand", "exchange"), self.style == "exchange"
+        if by_hand:
+            x = _F.apply(x, self.group, exchange)
         q, k, v = self.qkv(x).split(self.local, dim=-1)  # this rank's heads only
         q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = self.proj(a.transpose(1, 2).reshape(b, t, self.local))
-        if self.style == "hand":
-            return _G.apply(y, self.group) + self.proj_bias
+        if by_hand:
+            return _G.apply(y, self.group, exchange) + self.proj_bias
         return y  # RowwiseParallel summed the partial outputs (its bias added once)
 
 
@@ -148,6 +170,6 @@ def sharded(p: torch.Tensor) -> bool:
 
 def mark(att: HeadAttention) -> None:
     """The hand style's slices, for the gradient norm (counted once over the group)."""
-    if att.style == "hand":
+    if att.style in ("hand", "exchange"):
         for p in (att.qkv.weight, att.qkv.bias, att.proj.weight):
             p.tp_sharded = True  # type: ignore[attr-defined]

@@ -173,11 +173,40 @@ def _disjoint(held: dict[int, dict[int, tuple[str, frozenset[int]]]],
     return out
 
 
-def _tp_all_reduces(p: ProcessTrace, group: list[int], act: int) -> list[Call]:
-    """All-reduces of the activation's size over the group (the Flight Recorder's, for
-    torch's C++ collectives such as DTensor's, carry no group: counted when of that size)."""
-    return [c for c in p.collectives() if c.op == "all_reduce" and c.numel_in == act
-            and (sorted(c.group) == group or c.source == "flight-recorder")]
+# Collectives that reduce an activation-sized tensor over the group however a program
+# writes its sum: an all-reduce, a reduce (then a broadcast, not counted again), an
+# all-to-all or an all-gather followed by a local sum.
+_REDUCING = ("all_reduce", "reduce", "all_to_all", "all_to_all_single", "all_gather",
+             "all_gather_into_tensor")
+
+
+def _reduction_share(c: Call, group: list[int], act: int) -> float:
+    """How much of one all-reduce of `act` elements over `group` the call `c` carries,
+    counted by the data it moves, whatever call carries it: a collective of that size over
+    the group is one; sends to the group's peers count by the elements sent (an exchange
+    sends the whole tensor to each of the T-1 peers, a ring 2(T-1) chunks of act/T, both
+    `act` for T = 2). The Flight Recorder's entries (torch's C++ collectives such as
+    DTensor's) carry no group: counted when of that size."""
+    t = len(group)
+    if not c.p2p:
+        return float(c.op in _REDUCING and c.numel_in == act and (
+            sorted(c.group) == group or c.source == "flight-recorder"))
+    ok = sorted(c.group) == group if c.op == "batch_isend_irecv" else c.sends_to() in group
+    if not ok or t < 2:
+        return 0.0
+    if c.numel_in % act == 0 and 0 < c.numel_in // act < t:  # whole tensors: an exchange
+        return c.numel_in / act / (t - 1)
+    if c.numel_in * t == act:  # a ring's chunk
+        return 1 / (2 * (t - 1))
+    return 0.0
+
+
+def _tp_all_reduces(p: ProcessTrace, group: list[int], act: int) -> list[tuple[int, float]]:
+    """(start time, share of an all-reduce) of every call that reduces the activation's
+    size over the group."""
+    out = [(c.t0, _reduction_share(c, group, act)) for c in p.calls if c.p2p]
+    out += [(c.t0, _reduction_share(c, group, act)) for c in p.collectives()]
+    return [(t0, w) for t0, w in out if w]
 
 
 def check_tp_traffic(tp: Run, t: int, batch_size: int) -> list[Violation]:
@@ -194,8 +223,9 @@ def check_tp_traffic(tp: Run, t: int, batch_size: int) -> list[Violation]:
             if p is None or len(p.backwards) < 2:
                 continue
             calls = _tp_all_reduces(p, members, act)
-            first = sum(c.t0 < p.backwards[0] for c in calls)  # step 1's forward
-            per_step = Counter(sum(p.backwards[k] <= c.t0 < p.backwards[k + 1] for c in calls)
+            first = round(sum(w for t0, w in calls if t0 < p.backwards[0]))  # step 1's fwd
+            per_step = Counter(round(sum(w for t0, w in calls
+                                         if p.backwards[k] <= t0 < p.backwards[k + 1]))
                                for k in range(min(len(p.backwards), tp.steps) - 1))
             usual = per_step.most_common(1)[0][0] if per_step else 2 * N_LAYER
             expected = f"{N_LAYER} in step 1's forward, {2 * N_LAYER} per step after"
@@ -210,7 +240,7 @@ def check_tp_traffic(tp: Run, t: int, batch_size: int) -> list[Violation]:
                        "heads give part of the gradient of the block's input; all-reduce it "
                        "(f of Megatron's f/g pair: identity forward, all-reduce backward)")
             elif first > N_LAYER or usual > 2 * N_LAYER:
-                why = (f"more all-reduces of the activation's size ({act:,} elements) than "
+                why = (f"more reductions of the activation's size ({act:,} elements) than "
                        "one per block in forward and one in backward")
             else:
                 continue

@@ -52,6 +52,18 @@ class Call:
     def p2p(self) -> bool:
         return self.op in P2P
 
+    def sends_to(self) -> int | None:
+        """The global rank a send (`send`, `isend`) goes to, None for any other call or
+        where it is not named (`group_dst` is a place in the call's group)."""
+        m = re.search(r"(group_)?dst=(\d+)", self.peer) if self.op in ("send", "isend") \
+            else None
+        if m is None:
+            return None
+        at = int(m[2])
+        if not m[1]:
+            return at
+        return self.group[at] if at < len(self.group) else None
+
     def signature(self) -> tuple[Any, ...]:
         """What must agree across ranks: op, sizes, dtype and group size. Of a rooted call,
         what every rank passes: only a gather's root passes its gather_list (the outputs),

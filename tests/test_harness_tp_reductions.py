@@ -1,0 +1,60 @@
+"""Exercise 1's all-reduces are counted by the data they reduce over the tensor-parallel
+group, whatever calls carry them: one all-reduce written as a library call, a reduce then a
+broadcast, an all-to-all or an all-gather and a sum, an exchange of sends with each peer
+(one at a time or batched) or a ring of chunks weighs exactly one; calls of another size,
+or to ranks outside the group, weigh nothing."""
+
+from __future__ import annotations
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from tests.harness.check.tp_checks import _reduction_share
+from tests.harness.observe.traces import Call
+
+WAYS = ("all_reduce", "reduce_broadcast", "all_to_all", "all_gather", "exchange_sends",
+        "exchange_group_dst", "exchange_batched", "ring")
+
+
+def _call(op: str, n: int, group: list[int], peer: str = "") -> Call:
+    return Call(0, op, n, n, "float32", group, "site", 0, peer=peer)
+
+
+def one_all_reduce(way: str, act: int, group: list[int], me: int) -> list[Call]:
+    """The calls rank `me` of `group` makes for one all-reduce of `act` elements, `way`."""
+    t, peers = len(group), [r for r in group if r != me]
+    if way in ("all_reduce", "all_to_all", "all_gather"):
+        return [_call(way, act, group)]
+    if way == "reduce_broadcast":
+        return [_call("reduce", act, group, f"dst={group[0]}"), _call("broadcast", 0, group)]
+    if way == "exchange_sends":
+        return [c for r in peers for c in (_call("isend", act, group, f"dst={r}"),
+                                          _call("recv", 0, group, f"src={r}"))]
+    if way == "exchange_group_dst":
+        return [_call("send", act, group, f"group_dst={group.index(r)}") for r in peers]
+    if way == "exchange_batched":
+        return [_call("batch_isend_irecv", act * (t - 1), group)]
+    right = group[(group.index(me) + 1) % t]  # a ring: reduce-scatter, then all-gather hops
+    return [_call("isend", act // t, group, f"dst={right}") for _ in range(2 * (t - 1))]
+
+
+@given(way=st.sampled_from(WAYS), t=st.sampled_from([2, 4]), first=st.integers(0, 4),
+       rows=st.integers(1, 8), me_at=st.integers(0, 3))
+@example(way="exchange_sends", t=2, first=0, rows=16, me_at=0)  # the issue's program
+def test_one_all_reduce_weighs_one_however_it_is_written(way, t, first, rows, me_at):
+    group = list(range(first, first + t))
+    act = rows * 16 * 32
+    calls = one_all_reduce(way, act, group, group[me_at % t])
+    assert abs(sum(_reduction_share(c, group, act) for c in calls) - 1) < 1e-9, calls
+
+
+@given(way=st.sampled_from(WAYS), t=st.sampled_from([2, 4]), rows=st.integers(1, 8),
+       other=st.sampled_from(["size", "group"]))
+def test_another_size_or_group_weighs_nothing(way, t, rows, other):
+    """The ZeRO-1 gradient's reduce-scatter or a ring over other ranks is not the heads'."""
+    group, act = list(range(t)), rows * 16 * 32
+    if other == "size":
+        calls = one_all_reduce(way, 30_080 + 7, group, 0)
+    else:
+        calls = one_all_reduce(way, act, [r + t for r in group], t)
+    assert sum(_reduction_share(c, group, act) for c in calls) == 0, calls
