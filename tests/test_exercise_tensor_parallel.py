@@ -56,7 +56,8 @@ def observed_tp(tp):
 @pytest.mark.reads(lambda spec: [spec, SINGLE])
 @SPECS
 def test_the_loss_is_the_one_rank_loss(tp, run, holds, spec):
-    holds(check_tp_loss(tp(spec), run(SINGLE), TP), f"{spec.name} vs one rank, every step")
+    holds(check_tp_loss(tp(spec), run(SINGLE), TP, spec.batch_size),
+          f"{spec.name} vs one rank, every step")
 
 
 @pytest.mark.reads(lambda spec: [spec, SINGLE])

@@ -58,3 +58,17 @@ def test_another_size_or_group_weighs_nothing(way, t, rows, other):
     else:
         calls = one_all_reduce(way, act, [r + t for r in group], t)
     assert sum(_reduction_share(c, group, act) for c in calls) == 0, calls
+
+
+@given(steps=st.integers(1, 20), per=st.integers(1, 4), flag=st.integers(1, 4),
+       short=st.integers(0, 3))
+@example(steps=6, per=1, flag=4, short=0)  # --micro-batches 4 accepted, ignored
+def test_one_step_clock_counts_the_passes_a_step_took(steps, per, flag, short):
+    """A step's backward passes are what the run took per step (a program that ignores
+    --micro-batches takes one), else the flag where a run stopped part-way."""
+    from tests.harness.observe.traces import ProcessTrace
+
+    n = max(0, steps * per - short)
+    p = ProcessTrace(pid=1, backwards=list(range(n)))
+    want = per if short == 0 else (n // steps if n and n % steps == 0 else flag)
+    assert p.backwards_per_step(steps, flag) == want

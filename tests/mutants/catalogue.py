@@ -15,10 +15,13 @@ from dataclasses import dataclass
 
 from tests.mutants import one_process
 from tests.mutants.exercises import (
+    accum_cleared,
+    accum_flag_ignored,
     accum_overlap,
     accum_reduce_each,
     accum_summed,
     tp_all_heads_halved,
+    tp_bias_every_rank,
     tp_no_backward_allreduce,
     tp_no_forward_allreduce,
     tp_same_heads,
@@ -137,6 +140,10 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            hint="reduced after every micro-batch"),
     Mutant("accum_overlap", ("accumulation",), accum_overlap,
            hint="cover each of the rank's rows exactly once"),
+    Mutant("accum_cleared", ("accumulation",), accum_cleared,
+           hint="cleared between micro-batches"),
+    Mutant("accum_flag_ignored", ("accumulation",), accum_flag_ignored,
+           hint="takes 1 forward and backward pass(es) a step"),
     # Exercise 1 (--tensor-parallel 2): each is the reference without the flag.
     Mutant("tp_no_forward_allreduce", ("tensor_parallel",), tp_no_forward_allreduce,
            hint="the attention output is not all-reduced"),
@@ -146,4 +153,6 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            hint="two ranks of a group hold the same heads"),
     Mutant("tp_all_heads_halved", ("tensor_parallel",), tp_all_heads_halved,
            hint="holds every head of the attention"),
+    Mutant("tp_bias_every_rank", ("tensor_parallel",), tp_bias_every_rank,
+           hint="added on every rank of the group"),
 ]}

@@ -66,6 +66,45 @@ def accum_overlap() -> None:
     trainer.accumulate_gradients = overlapping
 
 
+def accum_cleared() -> None:
+    """Exercise 2: the gradient zeroed inside the micro-batch loop, before each micro-batch's
+    backward: only the last micro-batch's share (its loss over M) reaches the reduction."""
+    def cleared(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                micro_batches: int) -> torch.Tensor:
+        total = torch.zeros(())
+        for xs, ys in zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True):
+            for p in model.parameters():  # in place: the grads are views of ZeRO's buffer
+                if p.grad is not None:
+                    p.grad.zero_()
+            _, loss = model(xs, ys)
+            (loss / micro_batches).backward()
+            total += loss.detach() / micro_batches
+        return total
+    trainer.accumulate_gradients = cleared
+
+
+def accum_flag_ignored() -> None:
+    """Exercise 2: --micro-batches accepted, and the rank's B rows run as one batch: one
+    backward pass per step (right numbers, no accumulation)."""
+    real = trainer.accumulate_gradients
+
+    def one_batch(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                  micro_batches: int) -> torch.Tensor:
+        return real(model, x, y, 1)
+    trainer.accumulate_gradients = one_batch
+
+
+def tp_bias_every_rank() -> None:
+    """Exercise 1: the output projection's bias added on every rank of the group before the
+    all-reduce, so the sum counts it T times (heads, rows and all-reduces right)."""
+    def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        x = tensor_parallel._CopyToTP.apply(x, self.group)
+        y = tensor_parallel.causal_attention(self.c_attn(x), self.n_head, self.mask)
+        return tensor_parallel._ReduceFromTP.apply(self.c_proj(y) + self.proj_bias,
+                                                   self.group)
+    tensor_parallel.HeadParallelAttention.forward = forward  # type: ignore[method-assign]
+
+
 def tp_no_forward_allreduce() -> None:
     """Exercise 1: the heads' partial attention outputs are never summed over the group."""
     tensor_parallel._ReduceFromTP.forward = staticmethod(  # type: ignore[method-assign]

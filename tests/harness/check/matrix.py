@@ -108,7 +108,8 @@ def _tensor_parallel(run: Getter, seed: int) -> list[Violation]:
         return out
     for spec in (TP2, TP2DP2):
         tp = run(spec)
-        out += (check_tp_loss(tp, run(SINGLE), TP) + check_heads(tp, run(SINGLE), TP)
+        out += (check_tp_loss(tp, run(SINGLE), TP, spec.batch_size)
+                + check_heads(tp, run(SINGLE), TP)
                 + check_tp_traffic(tp, TP, spec.batch_size) + check_tp_rows(tp, TP))
     probe = rollback_probe(seed)  # and a T = 2 run resumes and rolls back as a plain one
     return out + check_resume(run(TP2DP2), run(TP2DP2_RESUMED), 10) + check_rollback(

@@ -45,8 +45,30 @@ def groups(world_size: int, t: int) -> list[list[int]]:
     return [list(range(g * t, (g + 1) * t)) for g in range(world_size // t)]
 
 
-def check_tp_loss(tp: Run, single: Run, t: int) -> list[Violation]:
-    """Rank 0's loss equals the one-rank run's at every step (1e-5 relative)."""
+def _loss_why(tp: Run, single: Run, t: int, batch_size: int, step: int) -> str:
+    """Why the loss parts from the one-rank run's, from the other checks' evidence: what
+    they found, or (heads, rows and all-reduces right, the loss off from step 1) a
+    replicated parameter counted once per rank of the group."""
+    failed = [name for name, found in (
+        ("the heads each rank holds", check_heads(tp, single, t)),
+        ("the all-reduces", check_tp_traffic(tp, t, batch_size)),
+        ("the rows", check_tp_rows(tp, t))) if found]
+    if failed:
+        return (f"the {tp.world_size}-rank run with --tensor-parallel {t} does not compute "
+                f"the one-rank model: see the checks of {' and '.join(failed)}")
+    if tp.observed is None or step != 1:
+        return (f"the {tp.world_size}-rank run with --tensor-parallel {t} parts from the "
+                f"one-rank model at step {step}")
+    return ("the heads, the rows and the all-reduces are right, yet step 1's loss is not "
+            "the one-rank loss: a replicated parameter is counted once per rank of the "
+            "group, most often the output projection's bias added on every rank of the "
+            "group before the all-reduce (the sum counts it T times): add it once, after "
+            "the all-reduce")
+
+
+def check_tp_loss(tp: Run, single: Run, t: int, batch_size: int) -> list[Violation]:
+    """Rank 0's loss equals the one-rank run's at every step (1e-5 relative); the hint is
+    read from the other checks' evidence, never against one that passed."""
     out = not_implemented(tp, t)
     if out:
         return out
@@ -57,9 +79,7 @@ def check_tp_loss(tp: Run, single: Run, t: int) -> list[Violation]:
         else:
             out.append(Violation(INV, 0, s, f"loss {y!r} (one rank, the same rows) within "
                                  f"{PARITY_LOSS_RTOL:g} rel", x,
-                                 f"the {tp.world_size}-rank run with --tensor-parallel {t} "
-                                 "does not compute the one-rank model: see the other "
-                                 "tensor-parallel checks for which part"))
+                                 _loss_why(tp, single, t, batch_size, s)))
         break
     return out
 

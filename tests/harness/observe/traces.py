@@ -127,6 +127,15 @@ class ProcessTrace:
                                t, source="flight-recorder"))
         return sorted(merged, key=lambda c: c.t0)
 
+    def backwards_per_step(self, steps: int, flag: int = 1) -> int:
+        """The backward passes of one training step (its micro-batches), as the run took
+        them: its backward passes over the `steps` it ran, when they divide evenly; else the
+        `--micro-batches` it was given (`flag`). One clock for every check and picture: a
+        program that ignores the flag runs one backward per step, and each of its steps is
+        charged as one step, not as part of a longer one."""
+        n = len(self.backwards)
+        return n // steps if steps and n and n % steps == 0 else max(flag, 1)
+
     def persistent_bytes(self, same_storage: bool = False) -> int | None:
         """What the process held from one memory snapshot to the other: storages alive at
         both and those replaced by one of the same size; with `same_storage`, the former
