@@ -15,6 +15,11 @@ from __future__ import annotations
 import pytest
 
 from tests.harness.check.checks import check_resume, check_rollback
+from tests.harness.check.composed_checks import (
+    check_composed_counts,
+    check_composed_norms,
+    check_composed_state,
+)
 from tests.harness.check.tp_checks import (
     check_heads,
     check_tp_loss,
@@ -97,3 +102,27 @@ def test_a_tensor_parallel_run_rolls_back_a_nan(tp, holds):
     faulted = tp(_faulted())  # first: it needs no other run, the resume does
     holds(check_rollback(tp(TP2DP2), faulted, "nan", step),
           f"rollback of nan@{step} in the {TP2DP2.name} run")
+
+
+@pytest.mark.reads(lambda spec: [spec, SINGLE])
+@SPECS
+def test_the_composed_run_reports_the_contracts_counts(tp, run, holds, spec):
+    """n_params the model's P; optimizer_bytes 12·ceil(P_local / (N/T)) on every rank."""
+    holds(check_composed_counts(tp(spec), run(SINGLE), TP),
+          f"n_params and optimizer_bytes of the {spec.name} run")
+
+
+@pytest.mark.reads(lambda spec: [spec])
+@SPECS
+def test_the_composed_run_falls_and_each_data_parallel_group_agrees(tp, holds, spec):
+    """(a) the loss falls; (b) the ranks of a data-parallel group hold the same parameters."""
+    holds(check_composed_norms(tp(spec), TP), f"loss and norms per group of the {spec.name} run")
+
+
+@pytest.mark.reads(TP2, TP2DP2)
+def test_the_composed_runs_moments_shrink_with_the_data_parallel_size(observed_tp, holds):
+    """(c) where the state lives: the moments' storages of the tp2dp2 run are half the tp2
+    run's (ZeRO-1 over each data-parallel group of 2)."""
+    holds(check_composed_state(observed_tp(TP2), observed_tp(TP2DP2), TP),
+          "the moments of the tp2dp2 run against the tp2 run's")
+

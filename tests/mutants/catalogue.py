@@ -22,6 +22,8 @@ from tests.mutants.exercises import (
     accum_summed,
     tp_all_heads_halved,
     tp_bias_every_rank,
+    tp_dp_no_allgather,
+    tp_moments_whole,
     tp_no_backward_allreduce,
     tp_no_forward_allreduce,
     tp_same_heads,
@@ -155,4 +157,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            hint="holds every head of the attention"),
     Mutant("tp_bias_every_rank", ("tensor_parallel",), tp_bias_every_rank,
            hint="added on every rank of the group"),
+    Mutant("tp_moments_whole", ("tensor_parallel",), tp_moments_whole,
+           hint="ZeRO-1 over the data-parallel group keeps"),
+    Mutant("tp_dp_no_allgather", ("tensor_parallel",), tp_dp_no_allgather,
+           hint="the ranks of a data-parallel group hold different parameters"),
 ]}

@@ -148,3 +148,28 @@ def tp_all_heads_halved() -> None:
                 block.attn = _WholeHalved(block.attn, par.tp_size, par.tp_group)
         return model
     trainer.shard_attention = shard
+
+
+def _with_tensor_parallel() -> bool:
+    import sys
+
+    return "--tensor-parallel" in sys.argv
+
+
+def tp_moments_whole() -> None:
+    """Exercise 1 beside data parallelism: Adam's moments kept whole over the data-parallel
+    group (each rank updates, logs and saves only its slice of them)."""
+    if _with_tensor_parallel():
+        from tests.mutants.zero1 import replicated_moments
+
+        replicated_moments()
+
+
+def tp_dp_no_allgather() -> None:
+    """Exercise 1 beside data parallelism: the updated slices never reach the other ranks of
+    the data-parallel group, whose parameters part after step 1."""
+    if _with_tensor_parallel():
+        from tests.mutants.zero1 import no_allgather
+
+        no_allgather()
+

@@ -35,7 +35,7 @@ def no_allgather() -> None:
     """The updated slices of the other ranks never reach this rank's parameters."""
     def own_slice_only(out: torch.Tensor, piece: torch.Tensor, size: int,
                        group: Any = None) -> None:
-        out.view(size, -1)[dist.get_rank()].copy_(piece)
+        out.view(size, -1)[dist.get_rank(group)].copy_(piece)
     zero.all_gather = own_slice_only
 
 

@@ -14,6 +14,11 @@ from tests.harness.check.checks import (
     check_rollback,
     check_zero_memory,
 )
+from tests.harness.check.composed_checks import (
+    check_composed_counts,
+    check_composed_norms,
+    check_composed_state,
+)
 from tests.harness.check.exercise_checks import (
     check_accumulated_gradient,
     check_follows_one_batch,
@@ -110,7 +115,9 @@ def _tensor_parallel(run: Getter, seed: int) -> list[Violation]:
         tp = run(spec)
         out += (check_tp_loss(tp, run(SINGLE), TP, spec.batch_size)
                 + check_heads(tp, run(SINGLE), TP)
-                + check_tp_traffic(tp, TP, spec.batch_size) + check_tp_rows(tp, TP))
+                + check_tp_traffic(tp, TP, spec.batch_size) + check_tp_rows(tp, TP)
+                + check_composed_counts(tp, run(SINGLE), TP) + check_composed_norms(tp, TP))
+    out += check_composed_state(run(TP2), run(TP2DP2), TP)
     probe = rollback_probe(seed)  # and a T = 2 run resumes and rolls back as a plain one
     return out + check_resume(run(TP2DP2), run(TP2DP2_RESUMED), 10) + check_rollback(
         run(TP2DP2), run(tp_faulted(*probe)), *probe)

@@ -45,6 +45,12 @@ def groups(world_size: int, t: int) -> list[list[int]]:
     return [list(range(g * t, (g + 1) * t)) for g in range(world_size // t)]
 
 
+def _group_norms(tp: Run, t: int) -> list[Violation]:
+    from tests.harness.check.composed_checks import check_composed_norms  # it imports this
+
+    return check_composed_norms(tp, t)
+
+
 def _loss_why(tp: Run, single: Run, t: int, batch_size: int, step: int) -> str:
     """Why the loss parts from the one-rank run's, from the other checks' evidence: what
     they found, or (heads, rows and all-reduces right, the loss off from step 1) a
@@ -52,7 +58,8 @@ def _loss_why(tp: Run, single: Run, t: int, batch_size: int, step: int) -> str:
     failed = [name for name, found in (
         ("the heads each rank holds", check_heads(tp, single, t)),
         ("the all-reduces", check_tp_traffic(tp, t, batch_size)),
-        ("the rows", check_tp_rows(tp, t))) if found]
+        ("the rows", check_tp_rows(tp, t)),
+        ("the parameters of each data-parallel group", _group_norms(tp, t))) if found]
     if failed:
         return (f"the {tp.world_size}-rank run with --tensor-parallel {t} does not compute "
                 f"the one-rank model: see the checks of {' and '.join(failed)}")

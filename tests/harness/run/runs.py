@@ -45,7 +45,8 @@ class RunSpec:
     extra: tuple[str, ...] = ()  # flags beyond the contract (the reference's exercises)
     nemesis: str | None = None  # a fault the suite makes in the run itself (no flag)
     # The observer's memory walks and state search: on only in the runs zero1_memory reads
-    # (BASE, N2, N3 and MEM1); each costs a rank 0.1-0.3 s, so a run no memory check reads,
+    # (BASE, N2, N3 and MEM1, and the composed TP2 and TP2DP2); each costs a rank 0.1-0.3 s,
+    # so a run no memory check reads,
     # the ones the suite's tests add included, goes without.
     measure_memory: bool = False
 
@@ -93,8 +94,9 @@ ONE_BATCH = N2  # the run MICRO is compared with
 # one-rank run's 16 rows (SINGLE).
 TP = 2
 TP2 = RunSpec("tp2", world_size=2, batch_size=16, steps=6, checkpoint_every=3,
-              extra=("--tensor-parallel", str(TP)))
-TP2DP2 = RunSpec("tp2dp2", world_size=4, batch_size=8, extra=("--tensor-parallel", str(TP)))
+              extra=("--tensor-parallel", str(TP)), measure_memory=True)
+TP2DP2 = RunSpec("tp2dp2", world_size=4, batch_size=8, extra=("--tensor-parallel", str(TP)),
+                 measure_memory=True)  # both: where the composed run's moments live
 TP2DP2_RESUMED = RunSpec("tp2dp2-resumed", world_size=4, batch_size=8,
                          extra=TP2DP2.extra, resume_from=(TP2DP2, 10))
 

@@ -1,0 +1,135 @@
+"""The composed run of exercise 1 (`--tensor-parallel T` on N ranks, ZeRO-1 over each
+data-parallel group of N/T ranks) held to the lesson's invariants a-d, as the contract
+defines its numbers:
+
+- `check_composed_counts`: `summary.json`'s and the manifests' `n_params` is the model's P as
+  a one-rank run counts it; each rank's `optimizer_bytes` is 12·ceil(P_local / (N/T)), P_local
+  being the rank's own parameters (its heads' slices and the rest of the model whole);
+- `check_composed_norms`: the loss falls as the invariant (a) says, and the ranks of each
+  data-parallel group (ranks j, j+T, ...) log exactly the same `param_norm` (of the rank's own
+  parameters) at every step (b);
+- `check_composed_state`: each rank's Adam moments live in storages that shrink with the
+  data-parallel size: the T x (N/T) run's against the T-rank run's (c, where the state
+  lives). Byte-exact resume (d) is the exercise's resumed run.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.harness.check.checks import (
+    Run,
+    _relabel,
+    ceil_div,
+    check_monotonic_loss,
+)
+from tests.harness.check.state_checks import (
+    CHARGED,
+    SHRINK_SLACK,
+    WHOLE_HINT,
+    held,
+    state_by_rank,
+)
+from tests.harness.check.tp_checks import INV, N_EMBD, N_LAYER, not_implemented
+from tests.harness.observe.violations import Violation
+
+# What a rank of a group holds 1/T of, per block: the q, k, v weights and biases (3C x C, 3C)
+# and the output projection's weight (C x C); its bias and every other parameter are whole.
+SPLIT_PER_BLOCK = 3 * N_EMBD * N_EMBD + 3 * N_EMBD + N_EMBD * N_EMBD
+
+
+def local_params(P: int, t: int) -> int:
+    """P_local: the parameters a rank of a tensor-parallel group of T holds."""
+    return P - N_LAYER * SPLIT_PER_BLOCK * (t - 1) // t
+
+
+def dp_groups(world_size: int, t: int) -> list[list[int]]:
+    """The contract's data-parallel groups: ranks j, j+T, j+2T, ... for each j < T."""
+    return [list(range(j, world_size, t)) for j in range(t)]
+
+
+def check_composed_counts(tp: Run, single: Run, t: int) -> list[Violation]:
+    """n_params is the one-rank P; optimizer_bytes is 12·ceil(P_local / (N/T)) per rank."""
+    out = not_implemented(tp, t)
+    P = single.parsed.n_params
+    if out or not P:
+        return out
+    if tp.parsed.n_params is not None and tp.parsed.n_params != P:
+        out.append(Violation(INV, None, None, f"summary.json n_params = {P:,} (the model's "
+                             "P, as the one-rank run counts it)", tp.parsed.n_params,
+                             "n_params counts the whole model, not a rank's share of the "
+                             "heads: the same number whatever --tensor-parallel is"))
+    for manifest in sorted(tp.parsed.out.glob("checkpoints/step-*/manifest.json")):
+        try:
+            n = json.loads(manifest.read_text()).get("n_params")
+        except (OSError, ValueError, AttributeError):
+            continue  # the resume checks read the manifests' form
+        if n != P:
+            out.append(Violation(INV, None, None, f"{manifest.parent.name}/manifest.json "
+                                 f"n_params = {P:,}", n, "n_params counts the whole model"))
+            break
+    dp = tp.world_size // t
+    want = 12 * ceil_div(local_params(P, t), dp)
+    for rank, recs in sorted(tp.parsed.records.items()):
+        bad = next(((s, r["optimizer_bytes"]) for s, r in sorted(recs.items())
+                    if r.get("optimizer_bytes") != want), None)
+        if bad is not None:
+            out.append(Violation(INV, rank, bad[0], f"optimizer_bytes = 12·ceil(P_local / "
+                                 f"(N/T)) = 12·ceil({local_params(P, t):,} / {dp}) = {want:,}",
+                                 bad[1], "P_local is the rank's own parameters (its heads' "
+                                 "slices, the rest whole), sharded over its data-parallel "
+                                 f"group of {dp}"))
+    return out
+
+
+def check_composed_norms(tp: Run, t: int) -> list[Violation]:
+    """The loss falls (a); the ranks of each data-parallel group hold the same parameters
+    (b): the same param_norm at every step."""
+    out = not_implemented(tp, t)
+    if out:
+        return out
+    out = _relabel(INV, check_monotonic_loss(tp))
+    records = tp.parsed.records
+    for members in dp_groups(tp.world_size, t):
+        first, *others = members
+        for s in range(0, tp.steps + 1):
+            ref = records.get(first, {}).get(s, {}).get("param_norm")
+            bad = next((r for r in others if ref is not None and
+                        records.get(r, {}).get(s, {}).get("param_norm") not in (None, ref)),
+                       None)
+            if bad is not None:
+                out.append(Violation(INV, bad, s, f"rank {first}'s norm {ref!r} (the same "
+                                     f"data-parallel group {members})",
+                                     records[bad][s]["param_norm"],
+                                     "the ranks of a data-parallel group hold different "
+                                     "parameters: every rank of the group must all-gather "
+                                     "the updated shards of its group (and start from the "
+                                     "same broadcast)"))
+                break
+    return out
+
+
+def check_composed_state(tp: Run, composed: Run, t: int) -> list[Violation]:
+    """Each rank's exp_avg and exp_avg_sq in the T x (N/T) run live in storages 1/(N/T) of
+    the T-rank run's (ZeRO-1 over the data-parallel group)."""
+    out = not_implemented(composed, t)
+    if out or tp.observed is None or composed.observed is None:
+        return out
+    dp = composed.world_size // t
+    base_states, states = state_by_rank(tp), state_by_rank(composed)
+    for name in CHARGED:
+        bases = [h.total for s in base_states.values() if (h := held(s, name)) is not None]
+        if not bases or dp < 2:
+            continue
+        base = max(bases)
+        for rank, state in sorted(states.items()):
+            h = held(state, name)
+            if h is not None and h.total * dp > SHRINK_SLACK * base:
+                out.append(Violation(INV, rank, None, f"{name} in storages of ~"
+                                     f"{ceil_div(base, dp):,} elements (T = {t} alone: "
+                                     f"{base:,}; data-parallel size {dp})", f"{h.total:,}",
+                                     f"{name} is held in a storage of {h.storages[0]:,} "
+                                     f"elements on rank {rank}: ZeRO-1 over the data-parallel "
+                                     f"group keeps ceil(P_local/{dp}): {WHOLE_HINT}"))
+                break
+    return out
