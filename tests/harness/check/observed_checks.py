@@ -140,7 +140,7 @@ def sent_elements(c: Call, n: int) -> float:
         return f * c.numel_in
     if op.startswith("all_gather") and op != "all_gather_object":
         return f * (c.numel_out or n * c.numel_in)
-    if op in ("send", "isend"):
+    if op in ("send", "isend", "batch_isend_irecv"):  # a batch's numel_in: what it sends
         return float(c.numel_in)
     if op in ("broadcast", "reduce", "scatter", "gather"):
         return f * c.numel_in
