@@ -109,11 +109,26 @@ class HeadAttention(nn.Module):
     """This rank's heads of a block: (b, t, C) -> (b, t, C), the output summed over the
     group. `qkv` holds the heads' rows of q, k, v; `proj` the matching input columns."""
 
-    def __init__(self, qkv: nn.Linear, proj: nn.Linear, heads: int, g: Groups, t: int,
-                 style: str) -> None:
+    def __init__(self, qkv: nn.Linear | tuple[nn.Linear, ...], proj: nn.Linear, heads: int,
+                 g: Groups, t: int, style: str) -> None:
         super().__init__()
-        c = qkv.in_features
+        self.separate = isinstance(qkv, tuple)  # q, k and v as three projections
+        c = qkv[0].in_features if isinstance(qkv, tuple) else qkv.in_features
         self.heads, self.local, self.group, self.style = heads // t, c // t, g.tp, style
+        if isinstance(qkv, tuple) and style in ("hand", "exchange"):
+            mine = slice(g.tp_rank * self.local, (g.tp_rank + 1) * self.local)
+            self.q, self.k, self.v = (nn.Linear(c, self.local) for _ in range(3))
+            with torch.no_grad():  # each keeps its heads' rows of its own projection
+                for local, full in zip((self.q, self.k, self.v), qkv, strict=True):
+                    local.weight.copy_(full.weight[mine])
+                    local.bias.copy_(full.bias[mine])
+            qkv = nn.Linear(c, 3 * c)  # not kept: only its shape is read below
+        if isinstance(qkv, tuple):  # DTensor's styles shard one fused projection
+            fused = nn.Linear(c, 3 * c)
+            with torch.no_grad():
+                fused.weight.copy_(torch.cat([z.weight for z in qkv]))
+                fused.bias.copy_(torch.cat([z.bias for z in qkv]))
+            qkv = fused
         if style in ("hand", "exchange"):
             rows = head_rows(c, heads, t, g.tp_rank)
             self.qkv = nn.Linear(c, 3 * self.local)
@@ -124,6 +139,8 @@ class HeadAttention(nn.Module):
                 self.qkv.bias.copy_(qkv.bias[rows])
                 cols = slice(g.tp_rank * self.local, (g.tp_rank + 1) * self.local)
                 self.proj.weight.copy_(proj.weight[:, cols])
+            if self.separate:
+                del self.qkv
             return
         from torch.distributed.tensor.parallel import (
             ColwiseParallel,
@@ -146,7 +163,8 @@ class HeadAttention(nn.Module):
         by_hand, exchange = self.style in ("hand", "exchange"), self.style == "exchange"
         if by_hand:
             x = _F.apply(x, self.group, exchange)
-        q, k, v = self.qkv(x).split(self.local, dim=-1)  # this rank's heads only
+        q, k, v = ((self.q(x), self.k(x), self.v(x)) if self.separate and by_hand else
+                   self.qkv(x).split(self.local, dim=-1))  # this rank's heads only
         q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = self.proj(a.transpose(1, 2).reshape(b, t, self.local))
@@ -171,5 +189,6 @@ def sharded(p: torch.Tensor) -> bool:
 def mark(att: HeadAttention) -> None:
     """The hand style's slices, for the gradient norm (counted once over the group)."""
     if att.style in ("hand", "exchange"):
-        for p in (att.qkv.weight, att.qkv.bias, att.proj.weight):
+        qkv = (att.q, att.k, att.v) if att.separate else (att.qkv,)
+        for p in (*(z.weight for z in qkv), *(z.bias for z in qkv), att.proj.weight):
             p.tp_sharded = True  # type: ignore[attr-defined]

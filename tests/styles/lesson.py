@@ -272,9 +272,22 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     dp = groups.dp if groups else (dist.new_group(list(range(n))) if style.new_group else None)
     if groups is not None:  # the same full model on every rank, then each keeps its heads
         for block in model.blocks:
-            block.heads = heads.HeadAttention(block.qkv, block.proj, H, groups, tp, style.tp)
+            qkv: Any
+            if hasattr(block, "mha"):  # nn.MultiheadAttention's in_proj is a fused q, k, v
+                mha: Any = block.mha
+                qkv, proj = nn.Linear(C, 3 * C), mha.out_proj
+                with torch.no_grad():
+                    qkv.weight.copy_(mha.in_proj_weight)
+                    qkv.bias.copy_(mha.in_proj_bias)
+                del block.mha
+            else:
+                qkv = (block.q, block.k, block.v) if hasattr(block, "q") else block.qkv
+                proj = block.proj
+                for name in ("q", "k", "v", "qkv", "proj"):
+                    if hasattr(block, name):
+                        delattr(block, name)
+            block.heads = heads.HeadAttention(qkv, proj, H, groups, tp, style.tp)
             heads.mark(block.heads)
-            del block.qkv, block.proj
     params: list[torch.Tensor] = list(model.parameters())
     weights: dict[str, torch.Tensor] = {}
     if style.functional:  # the model's parameters as a dict of plain tensors, its forward

@@ -87,8 +87,12 @@ def rank_main(rank: int, argv: list[str]) -> None:
 
         import states
 
-        S = math.ceil(sum(p.numel() for p in lesson.MiniGPT(style.attention).parameters())
-                      / a.world_size)
+        # this rank's own parameters (under --tensor-parallel T: 1/T of each block's q, k, v
+        # and output projection weights and the q, k, v biases) over its data-parallel group
+        t = a.tensor_parallel
+        split = lesson.L * (3 * lesson.C * lesson.C + 3 * lesson.C + lesson.C * lesson.C)
+        P = sum(p.numel() for p in lesson.MiniGPT(style.attention).parameters())
+        S = math.ceil((P - split * (t - 1) // t) / (a.world_size // t))
         master_t, exp_avg, exp_avg_sq = torch.zeros(S), torch.zeros(S), torch.zeros(S)
         style.shard = functools.partial(states.WorkerLocals, master_t, exp_avg, exp_avg_sq)
     if k["mistake"] == "whole_numpy_locals":

@@ -249,11 +249,15 @@ def check_tp_traffic(tp: Run, t: int, batch_size: int) -> list[Violation]:
             p = ranks.get(r)
             if p is None or len(p.backwards) < 2:
                 continue
-            calls = _tp_all_reduces(p, members, act)
-            first = round(sum(w for t0, w in calls if t0 < p.backwards[0]))  # step 1's fwd
+            # A program that runs its B rows as micro-batches inside a step reduces each
+            # micro-batch's activation: counted in those units, on the one step clock
+            per = p.backwards_per_step(tp.steps)
+            calls = _tp_all_reduces(p, members, act // per if act % per == 0 else act)
+            b = p.backwards
+            first = round(sum(w for t0, w in calls if t0 < b[0]))  # step 1's first forward
             per_step = Counter(round(sum(w for t0, w in calls
-                                         if p.backwards[k] <= t0 < p.backwards[k + 1]))
-                               for k in range(min(len(p.backwards), tp.steps) - 1))
+                                         if b[k * per] <= t0 < b[(k + 1) * per]) / per)
+                               for k in range(min(len(b) // per, tp.steps) - 1))
             usual = per_step.most_common(1)[0][0] if per_step else 2 * N_LAYER
             expected = f"{N_LAYER} in step 1's forward, {2 * N_LAYER} per step after"
             found = f"{first} in step 1's forward, {usual} per step"
