@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hypothesis import example, given
+from hypothesis import strategies as st
+
 from tests.harness.check.checks import Run
 from tests.harness.diagnose.diagnosis import (
     ACCUMULATE,
@@ -73,3 +76,19 @@ def test_gradients_that_accumulate_are_named_before_a_guess_about_moments():
     moments = Violation("byte_exact_resume", 0, 11, "grad_norm 5.5 (the original run)", 0.6,
                         "gradients accumulate across steps: ...")
     assert diagnose("byte_exact_resume", [moments])[0] == ACCUMULATE
+
+
+@given(st.lists(st.sampled_from(["rank {} blocked in recv(src={}) at main.py:{}",
+                                 "the gradient is reduced {} times per step",
+                                 "summed, not averaged"]), min_size=1, max_size=6),
+       st.lists(st.integers(0, 99), min_size=3, max_size=3))
+@example(["rank {} blocked in recv(src={}) at main.py:{}"] * 2, [1, 1, 153])
+def test_one_cause_seen_in_two_runs_is_told_once(templates, numbers):
+    """Hints that differ only in numbers (one deadlock in the 4-rank and the one-rank run)
+    are told once, the first kept; different causes all stay, in order."""
+    from tests.harness.diagnose.diagnosis import told_once
+
+    hints = [t.format(*[n + i for n in numbers][:t.count("{}")])
+             for i, t in enumerate(templates)]
+    once = told_once(hints)
+    assert once == [hints[templates.index(t)] for t in dict.fromkeys(templates)]

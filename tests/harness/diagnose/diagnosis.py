@@ -260,4 +260,14 @@ def diagnose(invariant: str, violations: list[Violation], world_size: int = 4) -
     fn = DIAGNOSERS.get(invariant)
     # What could not be checked (its run did not get there) has its cause told elsewhere.
     violations = [v for v in violations if not v.message.startswith("not checked: ")]
-    return list(dict.fromkeys(fn(violations, world_size))) if fn and violations else []
+    return told_once(fn(violations, world_size)) if fn and violations else []
+
+
+def told_once(hints: list[str]) -> list[str]:
+    """Each cause once: hints that differ only in their numbers (a rank, a step, a run's
+    size: one deadlock seen in the N-rank run and in the one-rank run) are one cause, told
+    by the first."""
+    seen: dict[str, str] = {}
+    for h in hints:
+        seen.setdefault(re.sub(r"\d[\d,.]*", "#", h), h)
+    return list(seen.values())

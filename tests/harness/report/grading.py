@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tests.harness.diagnose.diagnosis import told_once
 from tests.harness.report.policy import (
     DESCRIBE,
     INVARIANT,
@@ -256,9 +257,8 @@ def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             row["passed"] = False
             row["lost"].append(check_name(t["name"]))
             for line in lines[1:]:
-                cause = line.removeprefix(LIKELY)
-                if line.startswith(LIKELY) and cause not in row["likely"]:
-                    row["likely"].append(cause)
+                if line.startswith(LIKELY):  # each cause once, across the module's tests
+                    row["likely"] = told_once([*row["likely"], line.removeprefix(LIKELY)])
     return out
 
 
