@@ -30,6 +30,8 @@ from tests.harness.run.runs import (
     RESUMED,
     SINGLE,
     TP2,
+    TP2DP2,
+    TP2DP2_RESUMED,
     RunCache,
     RunSpec,
     faulted,
@@ -477,11 +479,11 @@ def test_a_tensor_is_finite_exactly_where_each_of_its_elements_is():
 def test_memory_is_walked_and_the_state_searched_only_where_a_check_reads_them(
         reference_only, run):
     """The memory walks and the search for the optimizer state cost each rank 0.1-0.3 s:
-    the runs zero1_memory reads have them (MEM1 here), the others (the one-rank parity run,
-    the resumes, the faults, the exercises) do not."""
+    the runs zero1_memory and the composed tensor-parallel check read have them (MEM1 here),
+    the others (the one-rank parity run, the resumes, the faults, accumulation) do not."""
     on, off = run(MEM1), run(SINGLE)
     assert persistent_bytes(on) is not None and located(on), "MEM1: walked and searched"
     assert persistent_bytes(off) is None and not located(off), "SINGLE: neither"
-    assert all(not s.measure_memory for s in (SINGLE, RESUMED, TP2, MICRO,
+    assert all(not s.measure_memory for s in (SINGLE, RESUMED, TP2DP2_RESUMED, MICRO,
                                               faulted("nan", 12), nemesis_nan(0)))
-    assert all(s.measure_memory for s in (BASE, N2, N3, MEM1))
+    assert all(s.measure_memory for s in (BASE, N2, N3, MEM1, TP2, TP2DP2))

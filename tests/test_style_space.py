@@ -133,6 +133,9 @@ def _pin_each_mistake_in_the_default_style(test: Any) -> Any:
 # Found by a draw: a ring's batch_isend_irecv sent nothing by the traffic count, so the
 # reduction per micro-batch written as a ring passed communication
 @example(pair=(with_(reduce="ring"), "reduce_per_micro"))
+# Found by a draw: a rank waiting on a ring's isend/irecv (Work.wait) was in no observed
+# call, so the hang's deadlock went unseen ("hung until the bound"); waits are calls now
+@example(pair=(with_(gather="ring", guard="loss_first"), "hang"))
 @_pin_each_mistake_in_the_default_style
 def test_every_mistake_is_caught_by_its_target_in_every_style(reference_only, run_cache, pair):
     """A mistake of the lesson made in a drawn style: caught by each of its target

@@ -65,6 +65,22 @@ _FR_KEYS = ("profiling_name", "input_sizes", "output_sizes", "input_dtypes",
             "collective_seq_id", "pg_id", "is_p2p", "time_created_ns", "state")
 
 
+
+class _Awaited:
+    """A torch Work as the program receives it from an asynchronous call: `wait()` is
+    recorded (Observer.waiting), everything else is the Work's own."""
+
+    __slots__ = ("_observer", "_what", "_work")
+
+    def __init__(self, work: Any, observer: Any, what: dict[str, Any]) -> None:
+        self._work, self._observer, self._what = work, observer, what
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        return self._observer.waiting(self._work, self._what, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
 class _Observer:
     def __init__(self, directory: str) -> None:
         self.dir = directory
@@ -198,10 +214,39 @@ class _Observer:
                 self.emit({"ev": "end", "i": index, "t1": time.time_ns()})
                 if op in ("recv", "irecv", "batch_isend_irecv"):
                     self.received(op, args, kwargs)
+                if (record.get("async") or op == "batch_isend_irecv") and result is not None:
+                    result = self._awaited(result, op, record)
                 return result
             finally:
                 self.local.depth = 0
         return observed
+
+    def _awaited(self, result: Any, op: str, record: dict[str, Any]) -> Any:
+        """An asynchronous call's Work (or a batch's list of them), whose `wait()` is then
+        recorded as a blocking call of its own (op "wait"): a rank sitting in it is blocked
+        in that call, as in a blocking one (a ring of isend/irecv waits there)."""
+        what = {"of": op, "group": record.get("group"), "numel_in": 0, "numel_out": 0,
+                **({"peer": record["peer"]} if "peer" in record else {})}
+        if isinstance(result, list):
+            return [_Awaited(w, self, what) if hasattr(w, "wait") else w for w in result]
+        return _Awaited(result, self, what) if hasattr(result, "wait") else result
+
+    def waiting(self, work: Any, what: dict[str, Any], args: Any, kwargs: Any) -> Any:
+        """`work.wait()`, recorded as a call that starts now and ends when it returns."""
+        import time
+
+        self.calls += 1
+        index = self.calls
+        self.emit({**what, "ev": "call", "op": "wait", "i": index, "site": _call_site(),
+                   "t0": time.time_ns()})
+        try:
+            out = work.wait(*args, **kwargs)
+        except BaseException as e:
+            self.emit({"ev": "end", "i": index, "t1": time.time_ns(),
+                       "error": type(e).__name__})
+            raise
+        self.emit({"ev": "end", "i": index, "t1": time.time_ns()})
+        return out
 
     def fresh(self, op: str, bound: dict[str, Any]) -> int:
         """Elements of data this call sends that the rank had not sent or received since its

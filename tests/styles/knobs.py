@@ -76,6 +76,9 @@ EXCLUDED: tuple[tuple[tuple[str, str], tuple[str, str], str], ...] = (
      "torch.autograd.grad accumulates no .grad: post-accumulate-grad hooks never run"),
     (("reduce", "ddp_hook"), ("guard", "loss_first"),
      "DDP's no_sync needs each micro-batch's backward right after its forward"),
+    (("remat", "reentrant"), ("model", "functional"),
+     "a reentrant checkpoint recomputes the block outside functional_call: the dict's "
+     "tensors get no gradient (the blocks never train)"),
     (("grad", "autograd_grad"), ("remat", "reentrant"),
      "a reentrant checkpoint does not support torch.autograd.grad"),
     (("reduce", "ddp_hook"), ("mistake", "reduce_per_micro"),

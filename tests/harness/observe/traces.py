@@ -19,7 +19,8 @@ from typing import Any
 ITEMSIZE = {"float64": 8, "double": 8, "int64": 8, "long": 8, "float32": 4, "float": 4,
             "int32": 4, "int": 4, "float16": 2, "bfloat16": 2, "half": 2, "int16": 2}
 OBSERVER_DIR = Path(__file__).resolve().parents[2] / "observer"  # goes on the run's PYTHONPATH
-P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+# ("wait": an asynchronous call's Work waited on, recorded as a blocking call of its own)
+P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv", "wait")
 # gloo's Flight Recorder names -> the op they count as (it records reduce_scatter as all_reduce)
 _FR_OP = re.compile(r"^\w+:(?P<op>\w+)$")
 
