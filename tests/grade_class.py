@@ -175,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as e:
         print(f"grade_class: not grading: {e}", file=sys.stderr)
         return 2
+    # no run reads a classmate's submission, the grades or the feedback (under namespaces)
     g = Grading(entry, a.run_timeout, None, a.suite_seed, a.session_timeout,
-                observe=not a.no_observe, exercises=exercises)
+                observe=not a.no_observe, exercises=exercises, hidden=(a.submissions, a.out))
     resources = JobResources(a.cpus_per_task, a.session_timeout / 60 + 5, a.partition,
                              a.array_parallelism)
     grades = grade_class(a.submissions, a.out, g, a.jobs, executor=a.executor,

@@ -151,3 +151,33 @@ def test_a_grader_is_built_with_the_assignments_seed():
     assert parse_build_args(["--out", "x", "--suite-seed", "7"], "p", "d", "o")[0].suite_seed == 7
     assert parse_build_args(["--out", "x", "--seed-per-session"], "p", "d", "o")[0] \
         .suite_seed is None
+
+
+@pytest.mark.long
+@pytest.mark.slow
+def test_a_submission_cannot_read_its_classmates_or_the_grades(tmp_path):
+    """Under namespaces a run sees the class folder and the grading's outputs empty but for
+    its own submission: a reader (tests/hostile/peek.py) raising what it read carries none
+    of a classmate's bytes into its feedback or the CSV."""
+    from tests.harness.run import contain
+
+    if contain.mode() != contain.NAMESPACES:
+        pytest.skip("no namespaces here: the run user's containment hides nothing yet")
+    secret = "SECRET-" + "5f1c" * 8
+    subs, out = tmp_path / "submissions", tmp_path / "grades"
+    for name in ("a_reader", "b_secret"):
+        (subs / name).mkdir(parents=True)
+    hostile = Path(__file__).parent / "hostile"
+    (subs / "a_reader" / "main.py").write_text((hostile / "peek.py").read_text())
+    (subs / "a_reader" / "_common.py").write_text((hostile / "_common.py").read_text())
+    (subs / "b_secret" / "main.py").write_text(f"# {secret}\nraise SystemExit('{secret}')\n")
+    g = Grading(entry=f"{sys.executable} main.py", run_timeout_s=5, suite_seed=0,
+                session_timeout_s=120, file_mb=4, runs_at_once=1, hidden=(subs, out))
+    grades = grade_class(subs, out, g, jobs=1, progress=False)
+    reader = (out / "feedback" / "a_reader.md").read_text()
+    assert "read 0 files of others" in reader, reader[:2000]
+    assert secret not in reader
+    with open(out / "grades.csv") as f:
+        row = next(r for r in csv.DictReader(f) if r["student"] == "a_reader")
+    assert secret not in " ".join(row.values())
+    assert grades["b_secret"]["score"] == 0  # graded as itself, its own bytes its own

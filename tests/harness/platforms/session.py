@@ -25,7 +25,7 @@ from tests.harness.report.grading import (
     grading_config,
     selected_exercises,
 )
-from tests.harness.run import box, bytecode
+from tests.harness.run import box, bytecode, contain
 
 ROOT = Path(__file__).resolve().parents[3]
 GRADED = ("test_invariant_*.py", "test_fault_rollback.py")
@@ -54,6 +54,9 @@ class Grading:
     mem_mb: int | None = None  # what one process of a run may allocate (None: from the box)
     exercises: tuple[str, ...] | None = None  # the lesson's exercises graded too (None: the
     #                                           grading file's "exercises", else none)
+    # Folders no run may see (a class's submissions, the grading's outputs): under
+    # namespaces a run sees them empty, but for its own submission
+    hidden: tuple[Path, ...] = ()
 
     def resolved(self) -> Grading:
         """Runs at once and memory cap chosen for the box this machine is now."""
@@ -107,6 +110,8 @@ def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
     bytecode.kept(env)  # the session's own bytecode kept (never its runs')
     if g.grading_config is not None:
         env[CONFIG_VAR] = str(g.grading_config)
+    if g.hidden:
+        env[contain.HIDE_VAR] = os.pathsep.join(str(p.resolve()) for p in g.hidden)
     log = log or results.with_suffix(".log")
     t0 = time.monotonic()
     with open(log, "wb") as out:

@@ -329,15 +329,28 @@ def end_user(uid: int, grace_s: float = 2.0) -> list[int]:
     return seen
 
 
+HIDE_VAR = "CAPSTONE_HIDE"  # folders no run of the session may see (os.pathsep-separated)
+
+
+def hidden_folders() -> list[str]:
+    """What the grading session asked to hide from its runs ($CAPSTONE_HIDE): a class's
+    folder of submissions and the grading's outputs."""
+    return [p for p in os.environ.get(HIDE_VAR, "").split(os.pathsep) if p]
+
+
 def wrap(argv: list[str], run_dir: Path, report: Path, grace_s: float,
-         pass_fds: tuple[int, ...] = ()) -> list[str]:
+         pass_fds: tuple[int, ...] = (), cwd: Path | None = None) -> list[str]:
     """`argv` as started inside its own namespaces (unchanged under the marker scan); nsinit
     gives a process still exiting `grace_s` (the runner's `Watch.grace_s`) before it counts
-    as a survivor, and hands `pass_fds` on to the command."""
+    as a survivor, and hands `pass_fds` on to the command. The session's hidden folders are
+    empty in the run's view, but for its own working directory (its submission)."""
     prefix = _unshare_prefix()
     if prefix is None:
         return argv
     passed = [f"--pass-fd={fd}" for fd in pass_fds]
+    passed += [f"--hide={h}" for h in hidden_folders()]
+    if cwd is not None and hidden_folders():
+        passed.append(f"--show={cwd.resolve()}")
     # -S: nsinit needs the standard library alone, and the site-packages' .pth hooks (an
     # editable install's finder) took two thirds of its interpreter's start (~20 ms a run)
     return [*prefix, sys.executable, "-I", "-S", str(NSINIT), "--run", str(run_dir),

@@ -45,9 +45,26 @@ def loopback_up() -> None:
     s.close()
 
 
-def confine(run: str) -> None:
+def hide(libc: ctypes.CDLL, hidden: list[str], shown: list[str]) -> None:
+    """An empty folder over each of `hidden` (a class's other submissions, the grading's
+    outputs), and each of `shown` that lies inside one (the run's own submission) bound back
+    where it was."""
+    keep = {path: os.open(path, os.O_PATH) for path in shown if os.path.isdir(path)}
+    for path in hidden:
+        if os.path.isdir(path):
+            _mount(libc, "tmpfs", path, 0, "tmpfs", "size=1m,mode=0755")
+    for path, fd in keep.items():
+        if not os.path.isdir(path):  # inside a hidden folder: made again, the real one bound
+            os.makedirs(path)
+            _mount(libc, f"/proc/self/fd/{fd}", path, MS_BIND)
+        os.close(fd)
+
+
+def confine(run: str, hidden: list[str] | None = None, shown: list[str] | None = None
+            ) -> None:
     """A private /tmp (an overlay: the old /tmp shows through, writes stay the run's) and
-    /dev/shm; `run` writable where it is; every other path read-only."""
+    /dev/shm; `hidden` folders empty but for what of `shown` lies in them; `run` writable
+    where it is; every other path read-only."""
     libc = ctypes.CDLL(None, use_errno=True)
     keep = os.open(run, os.O_PATH)
     layer = os.path.join(run, "tmp")  # the overlay's upper layer, on a tmpfs of its own
@@ -57,6 +74,7 @@ def confine(run: str) -> None:
         os.makedirs(os.path.join(layer, sub))
     _mount(libc, "overlay", "/tmp", 0, "overlay",
            f"lowerdir=/tmp,upperdir={layer}/upper,workdir={layer}/work")
+    hide(libc, hidden or [], [*(shown or []), run])
     # the run's own directory, the real one (over the overlay when it lies in /tmp), as a
     # mount of its own: the read-only remount of / below does not reach it
     _mount(libc, f"/proc/self/fd/{keep}", run, MS_BIND)
@@ -81,6 +99,10 @@ def main() -> int:
                     help="seconds a process still exiting after the command is not a survivor")
     ap.add_argument("--pass-fd", type=int, action="append", default=[],
                     help="a descriptor the command inherits (a warm start's connection)")
+    ap.add_argument("--hide", action="append", default=[],
+                    help="a folder the run sees empty (other submissions, the outputs)")
+    ap.add_argument("--show", action="append", default=[],
+                    help="a folder inside a hidden one the run still sees (its own)")
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -90,7 +112,7 @@ def main() -> int:
     except OSError as e:
         report["network"] = f"loopback not up: {e}"
     try:
-        confine(args.run)
+        confine(args.run, args.hide, args.show)
     except OSError as e:
         report["filesystem"] = f"not confined: {e}"
     try:

@@ -275,6 +275,7 @@ def observed_environment(observe_dir: Path | None) -> dict[str, str]:
     fork server (tests/harness/run/warm.py) is set up the same way."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop(bytecode.PREFIX_VAR, None)  # nor reads the suite's (tests/harness/run/bytecode.py)
+    env.pop(contain.HIDE_VAR, None)  # the session's, not the run's
     if observe_dir is not None:
         observe_dir.mkdir(parents=True, exist_ok=True)
         env["CAPSTONE_OBSERVE_DIR"] = str(observe_dir)
@@ -388,8 +389,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     conn = _warm_connection(watch, mode, list(argv))
     passed = (conn.fileno(),) if conn is not None else ()
     inner = warm.client_argv(list(argv), passed[0]) if passed else list(argv)
-    full = contain.wrap(inner, out.parent, report, watch.grace_s, passed) \
-        if mode == contain.NAMESPACES else inner
+    full = contain.wrap(inner, out.parent, report, watch.grace_s, passed,
+                        Path(cwd or os.getcwd())) if mode == contain.NAMESPACES else inner
     if user is not None:
         contain.open_to(out.parent, user, Path(cwd or os.getcwd()))
         if observe_dir is not None:
