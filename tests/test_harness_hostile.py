@@ -103,3 +103,22 @@ def test_grade_file_is_written_for_a_broken_submission(tmp_path, name, select, w
     assert {"name", "score", "max_score", "status", "output", "visibility"} <= \
         set(results["tests"][0])
     assert "FAIL" in proc.stdout and "processes left behind by runs: 0" in proc.stdout
+
+
+def test_a_run_cannot_read_the_fault_the_suite_will_make(shared_tmp):
+    """In the run where the suite makes its own NaN, nothing the program can read names the
+    fault's kind, step or rank: not its environment, its arguments, its parent's, the files
+    of its run directory, nor the plan's socket asked a second time (tests/hostile/
+    plan_reader.py looks in each)."""
+    from tests.harness.run.runs import nemesis_nan
+
+    spec = nemesis_nan(0)
+    assert spec.nemesis
+    observed = RunCache(shared_tmp / "hostile-observed", BOUND, ROOT, mem_bytes=512 * 2**20,
+                        file_bytes=8 * 2**20, watch=Watch(observe=True, grace_s=0.5))
+    r = observed.get(impl("plan_reader"), spec)
+    report = json.loads((Path(r.parsed.out) / "plan.json").read_text())
+    assert report["asked"], "the run was told of no plan socket: not a nemesis run"
+    assert report["found"] == {}, report["found"]
+    kind, _, where = spec.nemesis.partition("@")
+    assert f"{kind}{where.split(':')[0]}" not in r.parsed.out.as_posix()  # not in --out

@@ -1,6 +1,7 @@
 """The suite's nemesis, loaded by the observer in runs the suite breaks on purpose.
 
-`CAPSTONE_NEMESIS=KIND@S:R`, with no `--inject` flag, at a time the program does not know:
+`KIND@S:R` (served to each process once by tests/harness/run/plan.py, never in the run's
+environment), with no `--inject` flag, at a time the program does not know:
 - `nan@S:R`: rank R's gradients of training step S are non-finite: that step's first
   backward pass is seeded with NaN (`grad_tensors` of `torch.autograd.backward`,
   `grad_outputs` of `torch.autograd.grad`), so the NaN reaches the gradients however the

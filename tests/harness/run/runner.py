@@ -49,7 +49,7 @@ from tests.harness.observe.traces import (
     stacks,
     where_blocked,
 )
-from tests.harness.run import box, bytecode, contain, stress, warm
+from tests.harness.run import box, bytecode, contain, plan, stress, warm
 from tests.harness.run.contain import GRACE_S  # by name: Watch's field `contain` hides the module
 from tests.harness.run.procfs import live_processes
 
@@ -295,9 +295,9 @@ def _environment(token: str, observe_dir: Path | None, home: Path | None = None,
                  nemesis: str = "", memory: bool = True) -> dict[str, str]:
     env = observed_environment(observe_dir)
     env[TOKEN_VAR] = token
-    env.pop("CAPSTONE_NEMESIS", None)
-    if nemesis and observe_dir is not None:
-        env["CAPSTONE_NEMESIS"] = nemesis
+    env.pop(plan.SOCKET_VAR, None)
+    if nemesis and observe_dir is not None:  # the socket that serves it, never the plan
+        env[plan.SOCKET_VAR] = str(observe_dir.parent / "plan.sock")
     if home is not None:  # the run user's: its home is its run directory
         env.update(HOME=str(home), USER=contain.RUN_USER, LOGNAME=contain.RUN_USER)
     if observe_dir is not None and not memory:
@@ -382,6 +382,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     observe_dir = out.parent / "observe" if watch.observe else None
     env = _environment(token, observe_dir, out.parent if user else None, watch.nemesis,
                        watch.memory)
+    plans = plan.PlanServer(out.parent, watch.nemesis) \
+        if watch.nemesis and observe_dir is not None else None
     logs = out.parent / f"{out.name}.log"
     logs.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
@@ -405,6 +407,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                                     preexec_fn=_limits(mem_bytes, file_bytes, user),
                                     pass_fds=passed)
         except OSError as e:
+            if plans is not None:
+                plans.close()
             return Outcome(list(argv), str(out), 127, False, 0.0, "", f"cannot start: {e}",
                            token=token, containment=mode)
         finally:
@@ -466,6 +470,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
             os.chown(out.parent, 0, 0)  # nothing of the run's may change its directory now
             contain.readable(out.parent, again=True)  # a later run (a resume) reads its files
         proc.wait()
+        if plans is not None:
+            plans.close()
     wall = time.monotonic() - t0
     ooms, pressure = box.oom_kills() - ooms_before, stress.since(stress_before)
     seen = reader.read(final=True) if reader is not None else None

@@ -64,7 +64,10 @@ class RunSpec:
         """Names the run: the same argv in another folder is another program."""
         blob = json.dumps([list(impl), asdict(self), str(cwd or "")], sort_keys=True,
                           default=str)
-        return f"{self.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+        # A run the suite makes a fault in is not named after it: its directory is in the
+        # run's --out, and the fault's kind, step and rank are the suite's to know
+        name = "run" if self.nemesis else self.name
+        return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
 # The runs the invariants read. Global batch N*B = 16 rows wherever parity is compared.

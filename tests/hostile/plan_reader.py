@@ -1,0 +1,36 @@
+"""Looks for the suite's fault plan everywhere a run can read: its environment (os.environ
+and /proc/self/environ), its arguments, the files of its run directory, the socket the
+environment names (asking it again), and its parent's environment; writes every string it
+found that could name a fault (kind@step[:rank]) into plan.json in its --out, then ends."""
+
+import contextlib
+import json
+import os
+import re
+import socket
+from pathlib import Path
+
+from _common import out_dir
+
+out = out_dir()
+PLAN = re.compile(r"(nan|spike|kill|killsave|crash)@\d+(:\d+)?")
+texts = {"environ": json.dumps(dict(os.environ)), "argv": " ".join(os.sys.argv)}
+for pid in ("self", str(os.getppid())):
+    for what in ("environ", "cmdline"):
+        with contextlib.suppress(OSError):
+            texts[f"/proc/{pid}/{what}"] = Path(f"/proc/{pid}/{what}").read_bytes().decode(
+                errors="replace")
+for path in out.parent.rglob("*"):
+    if path.is_file() and path.stat().st_size < 2**20:
+        with contextlib.suppress(OSError):
+            texts[str(path)] = path.read_text(errors="replace")
+where = os.environ.get("CAPSTONE_NEMESIS_SOCK", "")
+if where:
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(where)
+            texts["socket"] = s.recv(4096).decode(errors="replace")
+    except OSError as e:
+        texts["socket"] = f"error {e}"
+found = {k: PLAN.search(v)[0] for k, v in texts.items() if PLAN.search(v)}
+(out / "plan.json").write_text(json.dumps({"found": found, "asked": where != ""}))
