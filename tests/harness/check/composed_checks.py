@@ -30,7 +30,13 @@ from tests.harness.check.state_checks import (
     held,
     state_by_rank,
 )
-from tests.harness.check.tp_checks import INV, N_EMBD, N_LAYER, not_implemented
+from tests.harness.check.tp_checks import (
+    INV,
+    N_EMBD,
+    N_LAYER,
+    check_group_norms,
+    not_implemented,
+)
 from tests.harness.observe.violations import Violation
 
 # What a rank of a group holds 1/T of, per block: the q, k, v weights and biases (3C x C, 3C)
@@ -41,11 +47,6 @@ SPLIT_PER_BLOCK = 3 * N_EMBD * N_EMBD + 3 * N_EMBD + N_EMBD * N_EMBD
 def local_params(P: int, t: int) -> int:
     """P_local: the parameters a rank of a tensor-parallel group of T holds."""
     return P - N_LAYER * SPLIT_PER_BLOCK * (t - 1) // t
-
-
-def dp_groups(world_size: int, t: int) -> list[list[int]]:
-    """The contract's data-parallel groups: ranks j, j+T, j+2T, ... for each j < T."""
-    return [list(range(j, world_size, t)) for j in range(t)]
 
 
 def check_composed_counts(tp: Run, single: Run, t: int) -> list[Violation]:
@@ -88,25 +89,7 @@ def check_composed_norms(tp: Run, t: int) -> list[Violation]:
     out = not_implemented(tp, t)
     if out:
         return out
-    out = _relabel(INV, check_monotonic_loss(tp))
-    records = tp.parsed.records
-    for members in dp_groups(tp.world_size, t):
-        first, *others = members
-        for s in range(0, tp.steps + 1):
-            ref = records.get(first, {}).get(s, {}).get("param_norm")
-            bad = next((r for r in others if ref is not None and
-                        records.get(r, {}).get(s, {}).get("param_norm") not in (None, ref)),
-                       None)
-            if bad is not None:
-                out.append(Violation(INV, bad, s, f"rank {first}'s norm {ref!r} (the same "
-                                     f"data-parallel group {members})",
-                                     records[bad][s]["param_norm"],
-                                     "the ranks of a data-parallel group hold different "
-                                     "parameters: every rank of the group must all-gather "
-                                     "the updated shards of its group (and start from the "
-                                     "same broadcast)"))
-                break
-    return out
+    return _relabel(INV, check_monotonic_loss(tp)) + check_group_norms(tp, t)
 
 
 def check_composed_state(tp: Run, composed: Run, t: int) -> list[Violation]:

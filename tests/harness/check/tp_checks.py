@@ -45,10 +45,33 @@ def groups(world_size: int, t: int) -> list[list[int]]:
     return [list(range(g * t, (g + 1) * t)) for g in range(world_size // t)]
 
 
-def _group_norms(tp: Run, t: int) -> list[Violation]:
-    from tests.harness.check.composed_checks import check_composed_norms  # it imports this
+def dp_groups(world_size: int, t: int) -> list[list[int]]:
+    """The contract's data-parallel groups: ranks j, j+T, j+2T, ... for each j < T."""
+    return [list(range(j, world_size, t)) for j in range(t)]
 
-    return check_composed_norms(tp, t)
+
+def check_group_norms(tp: Run, t: int) -> list[Violation]:
+    """The ranks of each data-parallel group log exactly the same param_norm at every step
+    (the norm of the rank's own parameters; the ranks of a tensor-parallel group differ)."""
+    out: list[Violation] = []
+    records = tp.parsed.records
+    for members in dp_groups(tp.world_size, t):
+        first, *others = members
+        for s in range(0, tp.steps + 1):
+            ref = records.get(first, {}).get(s, {}).get("param_norm")
+            bad = next((r for r in others if ref is not None and
+                        records.get(r, {}).get(s, {}).get("param_norm") not in (None, ref)),
+                       None)
+            if bad is not None:
+                out.append(Violation(INV, bad, s, f"rank {first}'s norm {ref!r} (the same "
+                                     f"data-parallel group {members})",
+                                     records[bad][s]["param_norm"],
+                                     "the ranks of a data-parallel group hold different "
+                                     "parameters: every rank of the group must all-gather "
+                                     "the updated shards of its group (and start from the "
+                                     "same broadcast)"))
+                break
+    return out
 
 
 def _loss_why(tp: Run, single: Run, t: int, batch_size: int, step: int) -> str:
@@ -59,7 +82,7 @@ def _loss_why(tp: Run, single: Run, t: int, batch_size: int, step: int) -> str:
         ("the heads each rank holds", check_heads(tp, single, t)),
         ("the all-reduces", check_tp_traffic(tp, t, batch_size)),
         ("the rows", check_tp_rows(tp, t)),
-        ("the parameters of each data-parallel group", _group_norms(tp, t))) if found]
+        ("the parameters of each data-parallel group", check_group_norms(tp, t))) if found]
     if failed:
         return (f"the {tp.world_size}-rank run with --tensor-parallel {t} does not compute "
                 f"the one-rank model: see the checks of {' and '.join(failed)}")
