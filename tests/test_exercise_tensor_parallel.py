@@ -19,6 +19,7 @@ from tests.harness.check.composed_checks import (
     check_composed_counts,
     check_composed_norms,
     check_composed_state,
+    told_by_the_groups,
 )
 from tests.harness.check.tp_checks import (
     check_heads,
@@ -87,8 +88,9 @@ def test_a_group_computes_on_the_same_rows(observed_tp, holds, spec):
 @pytest.mark.long  # two runs in a row: started first
 @pytest.mark.reads(TP2DP2, TP2DP2_RESUMED)
 def test_a_tensor_parallel_run_resumes_bit_identically(tp, holds):
-    holds(check_resume(tp(TP2DP2), tp(TP2DP2_RESUMED), 10),
-          f"{TP2DP2.name} resumed from its step-10 checkpoint")
+    what = f"{TP2DP2.name} resumed from its step-10 checkpoint"
+    holds(told_by_the_groups(tp(TP2DP2), TP, check_resume(tp(TP2DP2), tp(TP2DP2_RESUMED), 10),
+                             what), what)
 
 
 def _faulted() -> RunSpec:
@@ -100,8 +102,9 @@ def _faulted() -> RunSpec:
 def test_a_tensor_parallel_run_rolls_back_a_nan(tp, holds):
     step = fault_step("nan", suite_seed())
     faulted = tp(_faulted())  # first: it needs no other run, the resume does
-    holds(check_rollback(tp(TP2DP2), faulted, "nan", step),
-          f"rollback of nan@{step} in the {TP2DP2.name} run")
+    what = f"rollback of nan@{step} in the {TP2DP2.name} run"
+    holds(told_by_the_groups(tp(TP2DP2), TP, check_rollback(tp(TP2DP2), faulted, "nan", step),
+                             what), what)
 
 
 @pytest.mark.reads(lambda spec: [spec, SINGLE])

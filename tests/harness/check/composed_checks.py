@@ -116,3 +116,17 @@ def check_composed_state(tp: Run, composed: Run, t: int) -> list[Violation]:
                                      f"group keeps ceil(P_local/{dp}): {WHOLE_HINT}"))
                 break
     return out
+
+
+def told_by_the_groups(tp: Run, t: int, found: list[Violation], what: str
+                       ) -> list[Violation]:
+    """`found` (a resume's or a rollback's violations on the composed run), or one line
+    saying it was not checked where the run's data-parallel groups already hold different
+    parameters: that mistake is told once, by check_composed_norms, not again as a stale
+    checkpoint or a failed rollback."""
+    if not found or not check_group_norms(tp, t):
+        return found
+    return [Violation(INV, None, None, what, "not checked",
+                      f"not checked: the {tp.name} run's data-parallel groups already hold "
+                      "different parameters (the composed run's norms say so)")]
+

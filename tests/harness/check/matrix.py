@@ -18,6 +18,7 @@ from tests.harness.check.composed_checks import (
     check_composed_counts,
     check_composed_norms,
     check_composed_state,
+    told_by_the_groups,
 )
 from tests.harness.check.exercise_checks import (
     check_accumulated_gradient,
@@ -119,8 +120,11 @@ def _tensor_parallel(run: Getter, seed: int) -> list[Violation]:
                 + check_composed_counts(tp, run(SINGLE), TP) + check_composed_norms(tp, TP))
     out += check_composed_state(run(TP2), run(TP2DP2), TP)
     probe = rollback_probe(seed)  # and a T = 2 run resumes and rolls back as a plain one
-    return out + check_resume(run(TP2DP2), run(TP2DP2_RESUMED), 10) + check_rollback(
-        run(TP2DP2), run(tp_faulted(*probe)), *probe)
+    composed = run(TP2DP2)
+    return out + told_by_the_groups(
+        composed, TP, check_resume(composed, run(TP2DP2_RESUMED), 10), "the resume") \
+        + told_by_the_groups(composed, TP, check_rollback(
+            composed, run(tp_faulted(*probe)), *probe), "the rollback")
 
 
 # Each check as a function of a run getter and the session's seed (which draws the steps and
