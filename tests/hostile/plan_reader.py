@@ -8,13 +8,14 @@ import json
 import os
 import re
 import socket
+import sys
 from pathlib import Path
 
 from _common import out_dir
 
 out = out_dir()
 PLAN = re.compile(r"(nan|spike|kill|killsave|crash)@\d+(:\d+)?")
-texts = {"environ": json.dumps(dict(os.environ)), "argv": " ".join(os.sys.argv)}
+texts = {"environ": json.dumps(dict(os.environ)), "argv": " ".join(sys.argv)}
 for pid in ("self", str(os.getppid())):
     for what in ("environ", "cmdline"):
         with contextlib.suppress(OSError):
@@ -32,5 +33,5 @@ if where:
             texts["socket"] = s.recv(4096).decode(errors="replace")
     except OSError as e:
         texts["socket"] = f"error {e}"
-found = {k: PLAN.search(v)[0] for k, v in texts.items() if PLAN.search(v)}
+found = {k: m[0] for k, v in texts.items() if (m := PLAN.search(v))}
 (out / "plan.json").write_text(json.dumps({"found": found, "asked": where != ""}))
