@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +91,19 @@ def test_the_strategy_draws_the_programs_space_and_only_it():
     assert bad.returncode == 2 and f"{a}={x} with {b}={y}" in bad.stderr, bad.stderr
 
 
+def _evaluated(run_cache: Any, impl: tuple[str, ...], names: tuple[str, ...]
+               ) -> dict[str, list[Any]]:
+    """The checks `names` on the program `impl`, two at a time: their runs side by side (a
+    run the two share is made once, by the cache), where one check's runs alone would leave
+    a core idle (the one-rank and two-rank runs)."""
+    def one(name: str) -> list[Any]:
+        return evaluate(lambda spec: run_cache.get(impl, spec), (name,), run_cache.seed)[name]
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(names, pool.map(one, names), strict=True))
+
+
 def _graded(run_cache: Any, style: dict[str, str]) -> dict[str, list[Any]]:
-    impl = command(style)
-    found = evaluate(lambda spec: run_cache.get(impl, spec), INVARIANT_CHECKS, run_cache.seed)
+    found = _evaluated(run_cache, command(style), INVARIANT_CHECKS)
     return {k: v for k, v in found.items() if v}
 
 
@@ -145,7 +156,7 @@ def test_every_mistake_is_caught_by_its_target_in_every_style(reference_only, ru
     style, mistake = pair
     targets, hint = MISTAKES[mistake]
     impl = command(style, mistake)
-    found = evaluate(lambda spec: run_cache.get(impl, spec), tuple(targets), run_cache.seed)
+    found = _evaluated(run_cache, impl, tuple(targets))
     where = f"mistake={mistake} in {changed(style)}"
     for target in targets:
         assert found[target], f"{where}: not caught by {target}"
@@ -178,7 +189,7 @@ def test_drawn_programs_do_the_exercises(reference_only, run_cache, style):
     exercises = tuple(e for e in EXERCISE_CHECKS
                       if e != "tensor_parallel" or style["reduce"] != "ddp_hook")
     impl = command(style)
-    found = evaluate(lambda spec: run_cache.get(impl, spec), exercises, run_cache.seed)
+    found = _evaluated(run_cache, impl, exercises)
     broken = {k: v for k, v in found.items() if v}
     assert not broken, f"the exercises fail with {changed(style)}:\n" + "\n".join(
         f"{k}:\n{summarize(v)}" for k, v in broken.items())
