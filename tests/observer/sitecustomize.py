@@ -65,7 +65,6 @@ _FR_KEYS = ("profiling_name", "input_sizes", "output_sizes", "input_dtypes",
             "collective_seq_id", "pg_id", "is_p2p", "time_created_ns", "state")
 
 
-
 class _Awaited:
     """A torch Work as the program receives it from an asynchronous call: `wait()` is
     recorded (Observer.waiting), everything else is the Work's own."""
@@ -80,6 +79,7 @@ class _Awaited:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._work, name)
+
 
 class _Observer:
     def __init__(self, directory: str) -> None:
