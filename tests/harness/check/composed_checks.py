@@ -15,8 +15,6 @@ defines its numbers:
 
 from __future__ import annotations
 
-import json
-
 from tests.harness.check.checks import (
     Run,
     _relabel,
@@ -60,13 +58,12 @@ def check_composed_counts(tp: Run, single: Run, t: int) -> list[Violation]:
                              "P, as the one-rank run counts it)", tp.parsed.n_params,
                              "n_params counts the whole model, not a rank's share of the "
                              "heads: the same number whatever --tensor-parallel is"))
-    for manifest in sorted(tp.parsed.out.glob("checkpoints/step-*/manifest.json")):
-        try:
-            n = json.loads(manifest.read_text()).get("n_params")
-        except (OSError, ValueError, AttributeError):
+    for _, ckpt in sorted(tp.parsed.checkpoints.items()):  # the parser's manifests
+        if not isinstance(ckpt.manifest, dict):
             continue  # the resume checks read the manifests' form
+        n = ckpt.manifest.get("n_params")
         if n != P:
-            out.append(Violation(INV, None, None, f"{manifest.parent.name}/manifest.json "
+            out.append(Violation(INV, None, None, f"{ckpt.path.name}/manifest.json "
                                  f"n_params = {P:,}", n, "n_params counts the whole model"))
             break
     dp = tp.world_size // t
