@@ -23,6 +23,7 @@ from tests.mutants.exercises import (
     tp_all_heads_halved,
     tp_bias_every_rank,
     tp_dp_no_allgather,
+    tp_local_n_params,
     tp_moments_whole,
     tp_no_backward_allreduce,
     tp_no_forward_allreduce,
@@ -159,6 +160,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
            hint="added on every rank of the group"),
     Mutant("tp_moments_whole", ("tensor_parallel",), tp_moments_whole,
            hint="ZeRO-1 over the data-parallel group keeps"),
+    Mutant("tp_local_n_params", ("tensor_parallel",), tp_local_n_params,
+           hint="n_params counts the whole model"),
     Mutant("tp_dp_no_allgather", ("tensor_parallel",), tp_dp_no_allgather,
            hint="the ranks of a data-parallel group hold different parameters"),
 ]}

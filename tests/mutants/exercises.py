@@ -173,3 +173,21 @@ def tp_dp_no_allgather() -> None:
 
         no_allgather()
 
+
+def tp_local_n_params() -> None:
+    """Exercise 1: summary.json's n_params is the rank's own parameter count (its heads'
+    slices), not the model's P."""
+    if not _with_tensor_parallel():
+        return
+    import json
+
+    real = trainer.Trainer._write_summary
+
+    def local_count(self: Any) -> None:
+        real(self)
+        path = self.cfg.out / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["n_params"] = sum(p.numel() for p in self.model.parameters())
+        path.write_text(json.dumps(summary))
+    trainer.Trainer._write_summary = local_count  # type: ignore[method-assign]
+
