@@ -4,6 +4,7 @@ and the CSV, feedback files and summary are written."""
 from __future__ import annotations
 
 import csv
+import os
 import sys
 from pathlib import Path
 
@@ -155,14 +156,27 @@ def test_a_grader_is_built_with_the_assignments_seed():
 
 @pytest.mark.long
 @pytest.mark.slow
-def test_a_submission_cannot_read_its_classmates_or_the_grades(tmp_path):
-    """Under namespaces a run sees the class folder and the grading's outputs empty but for
-    its own submission: a reader (tests/hostile/peek.py) raising what it read carries none
-    of a classmate's bytes into its feedback or the CSV."""
+@pytest.mark.parametrize("unshare", ["allowed", "refused"])
+def test_a_submission_cannot_read_its_classmates_or_the_grades(tmp_path, monkeypatch, unshare):
+    """A reader (tests/hostile/peek.py) walks the class folder and the outputs, and reads its
+    classmate's folder and file by name, then raises what it read: none of a classmate's
+    bytes reach its feedback or the CSV. Under namespaces the run sees those folders empty
+    but for its own submission; with unshare refused (an `unshare` that exits 1 first on
+    PATH, as in Gradescope's and PrairieLearn's Docker boxes) the run user is denied them
+    by an ACL entry for the run (tests/harness/run/unseen.py)."""
     from tests.harness.run import contain
 
-    if contain.mode() != contain.NAMESPACES:
-        pytest.skip("no namespaces here: the run user's containment hides nothing yet")
+    if unshare == "refused":
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        (fake / "unshare").write_text("#!/bin/sh\nexit 1\n")
+        (fake / "unshare").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+        contain._unshare_prefix.cache_clear()
+        if contain.mode() != contain.USER:
+            pytest.skip(f"no run user here: {contain.why_not_user()}")
+    elif contain.mode() != contain.NAMESPACES:
+        pytest.skip("no namespaces here")
     secret = "SECRET-" + "5f1c" * 8
     subs, out = tmp_path / "submissions", tmp_path / "grades"
     for name in ("a_reader", "b_secret"):
@@ -170,14 +184,21 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(tmp_path):
     hostile = Path(__file__).parent / "hostile"
     (subs / "a_reader" / "main.py").write_text((hostile / "peek.py").read_text())
     (subs / "a_reader" / "_common.py").write_text((hostile / "_common.py").read_text())
+    (subs / "a_reader" / "guess.txt").write_text("b_secret\nb_secret/main.py\nroster.csv\n")
     (subs / "b_secret" / "main.py").write_text(f"# {secret}\nraise SystemExit('{secret}')\n")
+    (subs / "roster.csv").write_text(f"b_secret,{secret}\n")
     g = Grading(entry=f"{sys.executable} main.py", run_timeout_s=5, suite_seed=0,
                 session_timeout_s=120, file_mb=4, runs_at_once=1, hidden=(subs, out))
-    grades = grade_class(subs, out, g, jobs=1, progress=False)
+    try:
+        grades = grade_class(subs, out, g, jobs=1, progress=False)
+    finally:
+        contain._unshare_prefix.cache_clear()
     reader = (out / "feedback" / "a_reader.md").read_text()
     assert "read 0 files of others" in reader, reader[:2000]
     assert secret not in reader
     with open(out / "grades.csv") as f:
         row = next(r for r in csv.DictReader(f) if r["student"] == "a_reader")
     assert secret not in " ".join(row.values())
+    assert not [p for p in [subs, *subs.rglob("*")] if "system.posix_acl_access" in
+                os.listxattr(p, follow_symlinks=False)], "an ACL entry outlived the runs"
     assert grades["b_secret"]["score"] == 0  # graded as itself, its own bytes its own

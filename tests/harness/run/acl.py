@@ -46,8 +46,14 @@ def encode(entries: list[Entry]) -> bytes:
 def with_user(entries: list[Entry], uid: int, perms: int) -> list[Entry]:
     """`entries` with user `uid` given `perms` (added to what it had), the mask recomputed."""
     had = next((p for t, p, i in entries if t == USER and i == uid), 0)
-    kept = [e for e in entries if e[0] != MASK and not (e[0] == USER and e[2] == uid)]
-    kept.append((USER, had | perms, uid))
+    kept = [e for e in entries if not (e[0] == USER and e[2] == uid)]
+    return with_mask([*kept, (USER, had | perms, uid)])
+
+
+def with_mask(entries: list[Entry]) -> list[Entry]:
+    """`entries` with their mask recomputed: the union of the group class's permissions
+    (named users and groups, the owning group), as setfacl computes it."""
+    kept = [e for e in entries if e[0] != MASK]
     mask = 0
     for tag, p, _ in kept:
         if tag in (USER, GROUP_OBJ, GROUP):

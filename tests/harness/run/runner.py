@@ -49,7 +49,7 @@ from tests.harness.observe.traces import (
     stacks,
     where_blocked,
 )
-from tests.harness.run import box, bytecode, contain, plan, stress, warm
+from tests.harness.run import box, bytecode, contain, plan, stress, unseen, warm
 from tests.harness.run.contain import GRACE_S  # by name: Watch's field `contain` hides the module
 from tests.harness.run.procfs import live_processes
 
@@ -370,8 +370,18 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
     it behind."""
     watch = watch or Watch()
     mode = contain.mode() if watch.contain else contain.MARKER_SCAN
-    with contain.admitted(mode) as user:  # whether it may run beside others: contain's rule
+    # whether it may run beside others (contain's rule), and what it may not see
+    with contain.admitted(mode) as user, _unseen(user, cwd):
         return _run(argv, out, timeout_s, cwd, mem_bytes, file_bytes, watch, mode, user)
+
+
+def _unseen(user: tuple[int, int] | None, cwd: Path | None) -> contextlib.AbstractContextManager:
+    """Under the run user, the session's hidden folders (a class's other submissions, the
+    outputs) closed to that user for the run; under namespaces nsinit hides them."""
+    hidden = contain.hidden_folders()
+    if user is None or not hidden:
+        return contextlib.nullcontext()
+    return unseen.hidden_from(user[0], [Path(h) for h in hidden], Path(cwd or os.getcwd()))
 
 
 def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,

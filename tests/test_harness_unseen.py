@@ -1,0 +1,88 @@
+"""The run user's view of a class under the run-user containment (tests/harness/run/unseen.py):
+for one run, its own submission and nothing else of the class or the outputs; afterwards,
+every file's access as it was."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from tests.harness.run import acl, unseen
+from tests.harness.run.contain import become
+
+UID = 61_299  # a uid nobody has: an ACL entry names it all the same
+
+
+def _class(tmp: Path, names: list[str]) -> tuple[Path, Path]:
+    subs, out = tmp / "class", tmp / "out"
+    for name in names:
+        (subs / name).mkdir(parents=True)
+        (subs / name / "main.py").write_text(f"# {name}'s\n")
+    (subs / "roster.csv").write_text("names\n")
+    out.mkdir()
+    (out / "grades.csv").write_text("grades\n")
+    for path in [tmp, *tmp.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)  # open to all, as after a grading
+    return subs, out
+
+
+def _reads(path: Path) -> bool:
+    """Whether a process of UID can read `path` (list it, if a folder)."""
+    cmd = ["ls", str(path)] if path.is_dir() else ["cat", str(path)]
+    return subprocess.run(cmd, capture_output=True, preexec_fn=become((UID, UID)),
+                          cwd="/").returncode == 0
+
+
+def _access(root: Path) -> dict[Path, tuple[int, bytes | None]]:
+    found = {}
+    for path in [root, *root.rglob("*")]:
+        try:
+            raw: bytes | None = os.getxattr(path, acl.ATTR)
+        except OSError:
+            raw = None
+        found[path] = (path.stat().st_mode, raw)
+    return found
+
+
+@settings(max_examples=10, deadline=None)
+@given(names=st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), min_size=1,
+                      max_size=4, unique=True), own=st.integers(0, 3))
+@example(names=["alice"], own=0)  # alone in the class: only the roster to hide
+def test_the_plan_denies_all_but_the_way_to_the_runs_own(tmp_path_factory, names, own):
+    subs, out = _class(tmp_path_factory.mktemp("c"), names)
+    mine = subs / names[own % len(names)]
+    planned = dict(unseen.plan([subs, out], mine))
+    assert planned.pop(subs) == unseen.PASS and planned.pop(out) == unseen.DENY
+    assert mine not in planned
+    assert planned == {p: unseen.DENY for p in subs.iterdir() if p != mine}
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A folder every user may pass into (pytest's own is closed to others)."""
+    d = Path(tempfile.mkdtemp(prefix="capstone-unseen-"))
+    yield d
+    shutil.rmtree(d)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's view needs root to take")
+def test_for_the_run_the_run_user_reads_its_own_and_nothing_else(open_tmp):
+    tmp_path = open_tmp
+    subs, out = _class(tmp_path, ["alice", "bob"])
+    before = _access(tmp_path)
+    assert _reads(subs / "bob" / "main.py") and _reads(subs)  # open to others, as it was
+    with unseen.hidden_from(UID, [subs, out], subs / "alice"):
+        assert _reads(subs / "alice" / "main.py")
+        for hidden in (subs, subs / "bob", subs / "bob" / "main.py", subs / "roster.csv",
+                       out, out / "grades.csv"):
+            assert not _reads(hidden), f"{hidden} stays readable to the run user"
+    assert _access(tmp_path) == before  # every ACL and mode put back
+    assert _reads(subs / "bob" / "main.py")
