@@ -6,7 +6,8 @@ drawn program must pass every check of the graded invariants (`-m styles`).
 
 Each one-knob change from the default is pinned by an `@example`; a failing draw shrinks
 toward the defaults, so the failure names the fewest knobs that break the suite ("fails with
-remat=reentrant alone"). Draws are deterministic (derandomized, no example database); one
+remat=reentrant alone"). The draws and pins are shared among four tests (`shard`), so that
+xdist spreads them; draws are deterministic (a seed per shard, no example database). One
 command draws as many as asked:
 
     CAPSTONE_STYLE_DRAWS=100 python -m pytest -m styles -k drawn tests/test_style_space.py
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.harness.check.matrix import EXERCISE_CHECKS, INVARIANT_CHECKS, evaluate
@@ -107,24 +108,36 @@ def _graded(run_cache: Any, style: dict[str, str]) -> dict[str, list[Any]]:
     return {k: v for k, v in found.items() if v}
 
 
-def _pin_one_knob_changes(test: Any) -> Any:
-    for style in reversed(one_knob_changes()):
-        test = example(style=style)(test)
-    return test
+SHARDS = 4  # the space's draws and pins as four tests, so that xdist spreads them on its workers
+
+
+def _drawn_in_shard(shard: int, check: Any) -> Any:
+    """A Hypothesis test of `check(style)`: this shard's share of the draws (its own seed,
+    so that the shards draw different programs, the same in every session) and of the
+    one-knob changes, each pinned by an `@example`."""
+    @settings(max_examples=max(1, -(-DRAWS // SHARDS)), database=None, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @seed(shard)
+    @given(style=styles())
+    def drawn(style: dict[str, str]) -> None:
+        check(style)
+    for style in reversed(one_knob_changes()[shard::SHARDS]):
+        drawn = example(style=style)(drawn)
+    return drawn
 
 
 @pytest.mark.styles
 @pytest.mark.long
-@pytest.mark.timeout(900 + 90 * (DRAWS + len(one_knob_changes())))  # a grading each
-@settings(max_examples=DRAWS, derandomize=True, database=None, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                 HealthCheck.function_scoped_fixture])
-@given(style=styles())
-@_pin_one_knob_changes
-def test_every_drawn_program_passes_every_check(reference_only, run_cache, style):
-    broken = _graded(run_cache, style)
-    assert not broken, f"fails with {changed(style)}:\n" + "\n".join(
-        f"{k}:\n{summarize(v)}" for k, v in broken.items())
+@pytest.mark.timeout(900 + 90 * (DRAWS + len(one_knob_changes())) // SHARDS)  # a grading each
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_every_drawn_program_passes_every_check(reference_only, run_cache, shard):
+    """Every one-knob change from the default, and DRAWS drawn combinations (shrunk to the
+    fewest non-default knobs where one fails), pass every check of the graded invariants."""
+    def passes(style: dict[str, str]) -> None:
+        broken = _graded(run_cache, style)
+        assert not broken, f"fails with {changed(style)}:\n" + "\n".join(
+            f"{k}:\n{summarize(v)}" for k, v in broken.items())
+    _drawn_in_shard(shard, passes)()
 
 
 def _pin_each_mistake_in_the_default_style(test: Any) -> Any:

@@ -5,7 +5,7 @@ optimizer state is found wherever Python holds it (numpy too); a crash's cause i
 by the rank's own exception or the suite's kill, whatever the launcher; state a program froze
 out of the collector's sight (`gc.freeze()`) is still found.
 
-Every program of the corpus is graded on every check under `-m styles` (minutes: a few runs
+Every program of the corpus is graded cold on every check under `-m corpus` (minutes: a few runs
 each, spawn-style and torchrun launchers start torch once per rank), and on the lesson's
 exercises it does: accumulation by a flat buffer, by autograd.grad sums and under DDP's
 no_sync; the heads by hand over dist.new_group groups and by DTensor's
@@ -79,7 +79,7 @@ def test_moments_kept_whole_and_frozen_out_of_the_collectors_sight_are_found(ref
     """frozen_state.py frozen_whole: full-size moments in torch tensors that `gc.freeze()`
     took out of `gc.get_objects()`, views of the rank's slice stepped, copies saved: caught
     by where the state lives and by the memory it keeps (the observer notes what a program
-    freezes). frozen_state.py itself, frozen the same way, passes every check (styles tier)."""
+    freezes). frozen_state.py itself, frozen the same way, passes every check (corpus tier)."""
     found = evaluate(lambda spec: run_cache.get(style("frozen_state", "frozen_whole"), spec),
                      ("zero1_memory",))["zero1_memory"]
     assert any(v.invariant == "zero1_memory" and "exp_avg" in str(v.expected) + v.message
@@ -107,14 +107,14 @@ def test_ranks_raising_the_same_are_told_once(reference_only, run_cache):
     assert "Process" not in outcome.reason()
 
 
-# Graded cold in the styles tier, as a platform grades a submission (the default suite's tests
+# Graded cold in the corpus tier, as a platform grades a submission (the default suite's tests
 # start them warm: tests/harness/run/warm.py): the corpus, and the students' zero1.py (which
 # does neither exercise)
 GRADED_COLD = {name: (STYLES / f"{name}.py", EXERCISES_DONE[name]) for name in CORPUS} | {
     "students_zero1": (STYLES.parent / "students" / "zero1.py", ())}
 
 
-@pytest.mark.styles
+@pytest.mark.corpus
 @pytest.mark.parametrize("name", list(GRADED_COLD))
 def test_a_correct_program_of_the_corpus_passes_every_check(reference_only, cold_run_cache, name):
     program, exercises = GRADED_COLD[name]
