@@ -232,7 +232,8 @@ def run_session(submission: Path, results_path: Path) -> dict[str, Any]:
     g = Grading(entry=entry, run_timeout_s=config["run_timeout_s"],
                 grading_config=ROOT / "grading.json", observe=config.get("observe", True),
                 mem_mb=config.get("run_mem_mb"),
-                suite_seed=config.get("suite_seed")).resolved()
+                suite_seed=config.get("suite_seed"),
+                hidden=(results_path.parent,)).resolved()  # the platform's results folder
     print(f"box: {box.plan(box.read_box()).why}; containment: {contain.mode()}; a process of "
           f"a run may allocate {g.mem_mb} MB")
     results = grade(submission, results_path, g, log=results_path.with_name("pytest.log"))

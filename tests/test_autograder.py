@@ -187,3 +187,25 @@ def test_a_submission_the_machine_could_not_grade_is_not_gradable_on_prairielear
     assert pl["gradable"] is False and pl["score"] == 0.8
     assert [t["name"] for t in pl["tests"]] == ["t1", "t2"]  # checks turned off: not listed
     assert pl["message"].startswith("SCORE INCOMPLETE")
+
+
+@pytest.mark.slow
+def test_a_submission_cannot_read_the_results_folder(autograder_zip, tmp_path):
+    """tests/hostile/peek.py in the rehearsed box, naming the platform's results folder (an
+    earlier results file planted there): it reads nothing of it. (The box holds no
+    reference: the zip ships the suite alone.)"""
+    hostile = ROOT / "tests" / "hostile"
+    sub = tmp_path / "peek"
+    sub.mkdir()
+    for name in ("peek.py", "_common.py"):
+        (sub / ("main.py" if name == "peek.py" else name)).write_text((hostile / name).read_text())
+    box = tmp_path / "box"
+    root = unpack(autograder_zip, box, sub)
+    secret = "EARLIER-" + "9a7e" * 8
+    (root / "results").mkdir(exist_ok=True)
+    (root / "results" / "earlier.json").write_text(secret)
+    (root / "submission" / "guess.txt").write_text(
+        f"{root / 'results'}\n{root / 'results' / 'earlier.json'}\n")
+    results = run_autograder(root)
+    said = json.dumps(results)
+    assert "files of others" in said and secret not in said, said[:3000]  # it ran, saw none

@@ -159,9 +159,10 @@ def test_a_grader_is_built_with_the_assignments_seed():
 @pytest.mark.parametrize("unshare", ["allowed", "refused"])
 def test_a_submission_cannot_read_its_classmates_or_the_grades(tmp_path, monkeypatch, unshare):
     """A reader (tests/hostile/peek.py) walks the class folder and the outputs, and reads its
-    classmate's folder and file by name, then raises what it read: none of a classmate's
-    bytes reach its feedback or the CSV. Under namespaces the run sees those folders empty
-    but for its own submission; with unshare refused (an `unshare` that exits 1 first on
+    classmate's folder and file, the outputs and the project's reference by name, then
+    raises what it read: none of a classmate's bytes reach its feedback or the CSV. Under
+    namespaces the run sees those folders empty but for its own submission; with unshare
+    refused (an `unshare` that exits 1 first on
     PATH, as in Gradescope's and PrairieLearn's Docker boxes) the run user is denied them
     by an ACL entry for the run (tests/harness/run/unseen.py)."""
     from tests.harness.run import contain
@@ -184,7 +185,10 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(tmp_path, monkeyp
     hostile = Path(__file__).parent / "hostile"
     (subs / "a_reader" / "main.py").write_text((hostile / "peek.py").read_text())
     (subs / "a_reader" / "_common.py").write_text((hostile / "_common.py").read_text())
-    (subs / "a_reader" / "guess.txt").write_text("b_secret\nb_secret/main.py\nroster.csv\n")
+    reference = Path(__file__).resolve().parents[1] / "capstone"
+    (subs / "a_reader" / "guess.txt").write_text("\n".join([  # by name: folders and files
+        "b_secret", "b_secret/main.py", "roster.csv", str(out), str(reference),
+        str(reference / "trainer.py")]) + "\n")
     (subs / "b_secret" / "main.py").write_text(f"# {secret}\nraise SystemExit('{secret}')\n")
     (subs / "roster.csv").write_text(f"b_secret,{secret}\n")
     g = Grading(entry=f"{sys.executable} main.py", run_timeout_s=5, suite_seed=0,

@@ -48,7 +48,8 @@ def _graded(shared_tmp: Path, name: str) -> dict[str, Any]:
     folder = shared_tmp / "policy-submissions" / name
     folder.mkdir(parents=True, exist_ok=True)
     return graded_once(shared_tmp / "policy-grades", folder,
-                       Grading(entry=entry, suite_seed=0))
+                       Grading(entry=entry, suite_seed=0,
+                               sees_reference=True))
 
 
 def _scores(results: dict[str, Any]) -> dict[str, float]:

@@ -14,6 +14,9 @@ out_dir()
 here = Path.cwd()
 seen = []
 guessed = (here / "guess.txt").read_text().split() if (here / "guess.txt").is_file() else []
+for g in guessed:  # a file it knows by name, read without listing its folder
+    with contextlib.suppress(OSError):
+        seen.append((here.parent / g).read_text(errors="replace")[:2000])
 for root in (here.parent, *(here.parent / g for g in guessed),
              *[Path(p) for p in os.environ.get("PEEK_ALSO", "").split(":") if p]):
     for top, _, files in os.walk(root):
@@ -22,7 +25,4 @@ for root in (here.parent, *(here.parent / g for g in guessed),
         for name in files:
             with contextlib.suppress(OSError):
                 seen.append((Path(top) / name).read_text(errors="replace")[:2000])
-for g in guessed:  # a file it knows by name, read without listing its folder
-    with contextlib.suppress(OSError):
-        seen.append((here.parent / g).read_text(errors="replace")[:2000])
 raise RuntimeError(f"read {len(seen)} files of others: " + " | ".join(seen)[:20000])

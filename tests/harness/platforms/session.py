@@ -55,8 +55,12 @@ class Grading:
     exercises: tuple[str, ...] | None = None  # the lesson's exercises graded too (None: the
     #                                           grading file's "exercises", else none)
     # Folders no run may see (a class's submissions, the grading's outputs): under
-    # namespaces a run sees them empty, but for its own submission
+    # namespaces a run sees them empty, but for its own submission; under the run user they
+    # are denied to it (tests/harness/run/unseen.py). The project's reference (capstone/)
+    # is hidden too (`unseen_by_runs`).
     hidden: tuple[Path, ...] = ()
+    sees_reference: bool = False  # the entry runs the reference or its mutants (the suite's
+    #                               own gradings of the lesson's programs), not a submission
 
     def resolved(self) -> Grading:
         """Runs at once and memory cap chosen for the box this machine is now."""
@@ -101,6 +105,17 @@ def _fallback(results: Path, reason: str, elapsed: float) -> dict[str, Any]:
     return data
 
 
+def unseen_by_runs(submission: Path, g: Grading, root: Path = ROOT) -> list[Path]:
+    """What no run of the grading may see: the folders `g` hides (a class, the outputs) and
+    the project's reference, unless the entry runs it; never the submission itself (a
+    hidden folder that holds it is shown down to it)."""
+    own = submission.resolve()
+    found = [p.resolve() for p in g.hidden]
+    if not g.sees_reference and (root / "capstone").is_dir():
+        found.append((root / "capstone").resolve())
+    return [p for p in dict.fromkeys(found) if p != own and not p.is_relative_to(own)]
+
+
 def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
           root: Path = ROOT) -> dict[str, Any]:
     """Grade the submission in `submission` (the entry runs there); return results.json."""
@@ -110,8 +125,7 @@ def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
     bytecode.kept(env)  # the session's own bytecode kept (never its runs')
     if g.grading_config is not None:
         env[CONFIG_VAR] = str(g.grading_config)
-    if g.hidden:
-        env[contain.HIDE_VAR] = os.pathsep.join(str(p.resolve()) for p in g.hidden)
+    env[contain.HIDE_VAR] = os.pathsep.join(str(p) for p in unseen_by_runs(submission, g, root))
     log = log or results.with_suffix(".log")
     t0 = time.monotonic()
     with open(log, "wb") as out:
