@@ -162,9 +162,9 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(tmp_path, monkeyp
     classmate's folder and file, the outputs and the project's reference by name, then
     raises what it read: none of a classmate's bytes reach its feedback or the CSV. Under
     namespaces the run sees those folders empty but for its own submission; with unshare
-    refused (an `unshare` that exits 1 first on
-    PATH, as in Gradescope's and PrairieLearn's Docker boxes) the run user is denied them
-    by an ACL entry for the run (tests/harness/run/unseen.py)."""
+    refused (an `unshare` that exits 1 first on PATH, as in Gradescope's and PrairieLearn's
+    Docker boxes) the run user is denied them by an ACL entry for the run
+    (tests/harness/run/unseen.py)."""
     from tests.harness.run import contain
 
     if unshare == "refused":
