@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.harness import options
 from tests.harness.check.checks import Run
 from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
 from tests.harness.diagnose.diagnosis import diagnose
@@ -56,32 +57,9 @@ if _KEPT is not None:  # this process too: for the test modules it has still to 
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("capstone", "run contract v1 suite")
-    g.addoption("--impl", default=os.environ.get("CAPSTONE_IMPL"),
-                help="command of the implementation to check, shell-split "
-                     "(default: $CAPSTONE_IMPL, else the reference `python -m capstone`)")
-    g.addoption("--run-timeout", type=float, default=60.0,
-                help="seconds one run may take before it is killed (default 60)")
-    g.addoption("--run-mem-mb", type=int, default=2048,
-                help="memory each process of a run may allocate (RLIMIT_DATA), MiB; a "
-                     "process over it fails with MemoryError, its own fault (0: none; "
-                     "default 2048)")
-    g.addoption("--run-file-mb", type=int, default=512,
-                help="largest file a run may write, MiB (0: none; default 512)")
-    g.addoption("--grade-json", default=None, help="write a Gradescope results.json here")
-    g.addoption("--no-observe", action="store_true",
-                help="do not load the suite's observer into the runs (for submissions that "
-                     "are not Python programs): the observed checks are skipped")
-    g.addoption("--hang-after", type=float, default=5.0,
-                help="stop a run once every rank has sat this many seconds in an unfinished "
-                     "collective (a deadlock), instead of at --run-timeout (0: never; default 5)")
-    g.addoption("--suite-seed", type=int, default=None,
-                help="seed added to every run's seed (default: 0, or a fresh one per grading "
-                     "session under --grade-json, recorded in the grade file)")
-    g.addoption("--runs-at-once", type=int, default=1,
-                help="runs this pytest process computes at once: the tests' and N-1 helper "
-                     "threads' (a grading session's two CPUs without xdist workers; "
-                     "default 1)")
+    """The suite's options, unless the package's plugin already registered them (it loads
+    tests/harness/options.py before pytest reads its arguments: capstone/pytest_impl.py)."""
+    options.register(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -10,11 +10,15 @@ arguments: --impl". So does a grade file that already exists (`--grade-json
 /tmp/results.json`, a regrade). `--impl=VALUE` is never read as a path. On a command line
 run, this plugin starts the same pytest again with each such option joined to its value;
 nothing else changes.
-It imports nothing of the reference: the suite still never imports the code it checks.
+It also registers every option of the suite (`--impl`, `--grade-json`, `--run-timeout`,
+`--suite-seed`, ...), from the checkout's tests/harness/options.py, so that pytest knows
+them wherever it starts. It imports nothing of the reference: the suite still never imports
+the code it checks.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -22,6 +26,20 @@ from pathlib import Path
 import pytest
 
 OPTIONS = ("--impl", "--grade-json")  # the suite's options whose value may be a path
+SUITE_OPTIONS = Path(__file__).resolve().parents[1] / "tests" / "harness" / "options.py"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The suite's options, where this package sits in its checkout (an editable install;
+    elsewhere the suite's conftest.py registers them)."""
+    if not SUITE_OPTIONS.is_file():
+        return
+    spec = importlib.util.spec_from_file_location("capstone_suite_options", SUITE_OPTIONS)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.register(parser)
 
 
 def joined(args: list[str]) -> list[str]:

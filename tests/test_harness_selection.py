@@ -129,18 +129,35 @@ def test_impl_may_be_one_absolute_path(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_grade_file_that_already_exists_outside_the_checkout_is_regraded(tmp_path):
-    """README's grading command with an existing results file elsewhere (a regrade):
-    pytest would root itself at its folder and stop at "unrecognized arguments"."""
+@pytest.mark.parametrize("where", ["checkout", "elsewhere"])
+def test_a_grade_file_that_already_exists_outside_the_checkout_is_regraded(tmp_path, where):
+    """README's grading command with an existing results file elsewhere (a regrade), from
+    the checkout and from another folder (the suite's path given): pytest would root itself
+    at the file's folder and stop at "unrecognized arguments"; the package's plugin knows
+    every option of the suite wherever pytest starts (tests/harness/options.py)."""
     results = tmp_path / "results.json"
     results.write_text("{}")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CAPSTONE_"))}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           *([str(ROOT)] if where == "elsewhere" else []),
                            "-k", "invariant and no_deadlock and base", "--basetemp",
                            str(tmp_path / "bt"), "--impl", f"{sys.executable} -m capstone",
-                           "--grade-json", str(results), "--run-timeout", "30"], cwd=ROOT,
-                          env=env, text=True, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, timeout=280)
+                           "--grade-json", str(results), "--run-timeout", "30",
+                           "--suite-seed", "0", "--hang-after", "5"],
+                          cwd=ROOT if where == "checkout" else elsewhere, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=280)
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:]
     [graded] = json.loads(results.read_text())["tests"]  # written anew: the one check
     assert graded["status"] == "passed" and "no_deadlock" in graded["name"], graded
+
+
+def test_the_package_plugin_registers_every_option_of_the_suite(tmp_path):
+    """`pytest --help` in a folder that is not the checkout lists the suite's options:
+    the plugin registered them, not conftest.py (which pytest never read there)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--help"],
+                          cwd=tmp_path, text=True, capture_output=True, timeout=120)
+    for option in ("--impl", "--grade-json", "--run-timeout", "--run-mem-mb", "--run-file-mb",
+                   "--suite-seed", "--hang-after", "--no-observe", "--runs-at-once"):
+        assert option in proc.stdout, option
