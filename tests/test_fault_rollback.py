@@ -17,7 +17,7 @@ from tests.harness.check.fault_checks import (
     check_nemesis,
     check_resumed_after_kill,
 )
-from tests.harness.report.plugin import suite_seed
+from tests.harness.report.plugin import fault_seed, suite_seed
 from tests.harness.run.runs import (
     BASE,
     FAULT_KINDS,
@@ -38,7 +38,7 @@ def _faulted(kind: str) -> RunSpec:
 
 
 def _killed(kind: str) -> list[RunSpec]:
-    spec = nemesis_kill(suite_seed(), kind)
+    spec = nemesis_kill(fault_seed(), kind)
     return [BASE, spec, resumed_after(spec)] if kind == "killsave" else [BASE, spec]
 
 
@@ -61,9 +61,9 @@ def test_the_announced_fault_shows_in_the_ranks_numbers(run, holds, kind):
     holds(check_fault_took_effect(faulted_run, kind, step), f"{kind}@{step} in the numbers")
 
 
-@pytest.mark.reads(BASE, lambda: [nemesis_nan(suite_seed())])
+@pytest.mark.reads(BASE, lambda: [nemesis_nan(fault_seed())])
 def test_a_nan_the_program_did_not_ask_for_is_rolled_back(run, holds):
-    spec = nemesis_nan(suite_seed())
+    spec = nemesis_nan(fault_seed())
     kind, step, rank = nemesis_of(spec) or ("nan", 0, 0)
     base = run(BASE)  # first: if it does not finish, this is not checked and not run
     nemesis = run(spec)

@@ -120,5 +120,29 @@ def test_a_run_cannot_read_the_fault_the_suite_will_make(shared_tmp):
     report = json.loads((Path(r.parsed.out) / "plan.json").read_text())
     assert report["asked"], "the run was told of no plan socket: not a nemesis run"
     assert report["found"] == {}, report["found"]
+    assert report["seeds"] == [], report["seeds"]  # no session seed to draw the plan from
     kind, _, where = spec.nemesis.partition("@")
     assert f"{kind}{where.split(':')[0]}" not in r.parsed.out.as_posix()  # not in --out
+
+
+class _Options:
+    def __init__(self, **given: object) -> None:
+        self.given = given
+
+    def getoption(self, name: str) -> object:
+        return self.given.get(name)
+
+
+def test_under_grading_the_faults_are_drawn_apart_from_the_seed_a_run_holds():
+    """A run's --seed holds the suite seed, and the suite's formula for the nemesis's step is
+    public: under --grade-json the fault seed is drawn afresh, never from the suite seed, so
+    no run can compute where the suite's NaN or kill lands; --fault-seed replays a grading;
+    outside grading it is the suite seed (the same faults for the same seed)."""
+    from tests.harness.report.plugin import _draw_fault_seed
+    from tests.harness.run.runs import nemesis_nan
+
+    graded = {_draw_fault_seed(_Options(grade_json="r.json"), 7) for _ in range(20)}  # type: ignore[arg-type]
+    assert 7 not in graded and len(graded) > 15
+    assert len({nemesis_nan(s).nemesis for s in graded}) > 1  # the faults move with it
+    assert _draw_fault_seed(_Options(grade_json="r.json", fault_seed=5), 7) == 5  # type: ignore[arg-type]
+    assert _draw_fault_seed(_Options(), 7) == 7  # type: ignore[arg-type]

@@ -40,6 +40,10 @@ def register(parser: pytest.Parser) -> None:
     g.addoption("--suite-seed", type=int, default=None,
                 help="seed added to every run's seed (default: 0, or a fresh one per grading "
                      "session under --grade-json, recorded in the grade file)")
+    g.addoption("--fault-seed", type=int, default=None,
+                help="seed of the faults the suite makes itself, their steps and ranks "
+                     "(default: the suite seed, or a fresh one per grading session under "
+                     "--grade-json, recorded in the grade file: pass it to replay a grading)")
     g.addoption("--runs-at-once", type=int, default=1,
                 help="runs this pytest process computes at once: the tests' and N-1 helper "
                      "threads' (a grading session's two CPUs without xdist workers; "

@@ -1,7 +1,9 @@
 """Looks for the suite's fault plan everywhere a run can read: its environment (os.environ
 and /proc/self/environ), its arguments, the files of its run directory, the socket the
 environment names (asking it again), and its parent's environment; writes every string it
-found that could name a fault (kind@step[:rank]) into plan.json in its --out, then ends."""
+found that could name a fault (kind@step[:rank]) into plan.json in its --out, with every
+variable of its environment that names a seed of the suite's (from which the suite's public
+formula would draw the fault's step and rank), then ends."""
 
 import contextlib
 import json
@@ -34,4 +36,6 @@ if where:
     except OSError as e:
         texts["socket"] = f"error {e}"
 found = {k: m[0] for k, v in texts.items() if (m := PLAN.search(v))}
-(out / "plan.json").write_text(json.dumps({"found": found, "asked": where != ""}))
+seeds = sorted(k for k in os.environ if "SEED" in k.upper())
+(out / "plan.json").write_text(json.dumps({"found": found, "asked": where != "",
+                                           "seeds": seeds}))

@@ -14,16 +14,34 @@ from typing import Any
 import pytest
 
 from tests.harness.report.grading import LIKELY, NOT_GRADED, graded_name, one_line, write_results
-from tests.harness.run import box, contain, stress
+from tests.harness.run import box, contain, plan, stress
 from tests.harness.run.runner import SESSION_VAR, kill_pids, processes_with_token, session_prefix
 
 INVARIANT_PREFIX = "test_invariant_"
-SEED_VAR = "CAPSTONE_SUITE_SEED"  # set by the controller, inherited by xdist workers
+SEED_VAR = plan.SUITE_SEED_VAR  # set by the controller, inherited by xdist workers
 
 
 def suite_seed() -> int:
     """This session's seed, added to every run's (0 outside grading unless --suite-seed)."""
     return int(os.environ.get(SEED_VAR, "0"))
+
+
+def fault_seed() -> int:
+    """This session's fault seed: it draws the step and rank of each fault the suite makes
+    itself (the nemesis). A run's --seed holds the suite seed, so under grading the two are
+    drawn apart, and the fault seed never reaches a run (tests/harness/run/runner.py)."""
+    return int(os.environ.get(plan.FAULT_SEED_VAR, "0"))
+
+
+def _draw_fault_seed(config: pytest.Config, suite: int) -> int:
+    """--fault-seed where given (to replay a grading); a fresh one per grading session (no
+    run can compute the nemesis's step from its own --seed); else the suite seed, so that
+    the suite's own sessions draw the same faults for the same seed."""
+    fixed = config.getoption("fault_seed")
+    if fixed is not None:
+        return int(fixed)
+    return random.SystemRandom().randrange(1, 2**31) if config.getoption("grade_json") \
+        else suite
 
 
 def _draw_seed(config: pytest.Config) -> int:
@@ -44,6 +62,7 @@ class SuiteReport:
         if not hasattr(config, "workerinput"):  # a controller: a fresh id, even when nested
             os.environ[SESSION_VAR] = uuid.uuid4().hex[:12]
             os.environ[SEED_VAR] = str(_draw_seed(config))
+            os.environ[plan.FAULT_SEED_VAR] = str(_draw_fault_seed(config, suite_seed()))
         self.started = time.monotonic()
         self.collected: dict[str, str] = {}  # graded nodeid -> weight key
         self.outcomes: dict[str, dict[str, Any]] = {}
@@ -118,7 +137,8 @@ class SuiteReport:
         if path:
             write_results(Path(path), self.collected, self.outcomes,
                           time.monotonic() - self.started, suite_seed(),
-                          {"box": box.read_box().describe(), "containment": contain.mode()},
+                          {"box": box.read_box().describe(), "containment": contain.mode(),
+                           "fault_seed": fault_seed()},
                           note="" if contain.mode() != contain.MARKER_SCAN
                           else f"Containment: {containment_line()}.")
 

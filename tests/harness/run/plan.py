@@ -20,6 +20,11 @@ import threading
 from pathlib import Path
 
 SOCKET_VAR = "CAPSTONE_NEMESIS_SOCK"
+# The session's seeds, set by the pytest controller for its xdist workers, never a run's: the
+# fault seed draws the nemesis's steps and ranks, the suite seed is in every run's --seed.
+SUITE_SEED_VAR = "CAPSTONE_SUITE_SEED"
+FAULT_SEED_VAR = "CAPSTONE_FAULT_SEED"
+SEED_VARS = (SUITE_SEED_VAR, FAULT_SEED_VAR)
 
 
 class PlanServer:

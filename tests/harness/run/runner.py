@@ -276,6 +276,8 @@ def observed_environment(observe_dir: Path | None) -> dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop(bytecode.PREFIX_VAR, None)  # nor reads the suite's (tests/harness/run/bytecode.py)
     env.pop(contain.HIDE_VAR, None)  # the session's, not the run's
+    for var in plan.SEED_VARS:  # the fault seed would name the nemesis's step and rank
+        env.pop(var, None)
     if observe_dir is not None:
         observe_dir.mkdir(parents=True, exist_ok=True)
         env["CAPSTONE_OBSERVE_DIR"] = str(observe_dir)
