@@ -86,3 +86,20 @@ def test_for_the_run_the_run_user_reads_its_own_and_nothing_else(open_tmp):
             assert not _reads(hidden), f"{hidden} stays readable to the run user"
     assert _access(tmp_path) == before  # every ACL and mode put back
     assert _reads(subs / "bob" / "main.py")
+
+
+def test_what_a_grading_hides_from_its_runs(tmp_path):
+    """Every platform's grading hides its outputs and the project's reference from the runs,
+    never the submission: a class folder holding it is shown down to it (grade_class), a
+    results folder beside it (Gradescope, PrairieLearn) or inside it (Classroom's .grading/)
+    is hidden; a grading of the lesson's own programs sees the reference."""
+    from tests.harness.platforms.session import Grading, unseen_by_runs
+
+    root = tmp_path / "checkout"
+    (root / "capstone").mkdir(parents=True)
+    cls, own = tmp_path / "class", tmp_path / "class" / "alice"
+    own.mkdir(parents=True)
+    beside, inside = tmp_path / "results", own / ".grading"
+    hidden = unseen_by_runs(own, Grading(hidden=(cls, beside, inside, own)), root)
+    assert hidden == [cls, beside, inside, root / "capstone"]
+    assert unseen_by_runs(own, Grading(sees_reference=True), root) == []

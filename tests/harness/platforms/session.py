@@ -108,12 +108,13 @@ def _fallback(results: Path, reason: str, elapsed: float) -> dict[str, Any]:
 def unseen_by_runs(submission: Path, g: Grading, root: Path = ROOT) -> list[Path]:
     """What no run of the grading may see: the folders `g` hides (a class, the outputs) and
     the project's reference, unless the entry runs it; never the submission itself (a
-    hidden folder that holds it is shown down to it)."""
+    hidden folder that holds it is shown down to it; one inside it, such as Classroom's
+    .grading/, is hidden)."""
     own = submission.resolve()
     found = [p.resolve() for p in g.hidden]
     if not g.sees_reference and (root / "capstone").is_dir():
         found.append((root / "capstone").resolve())
-    return [p for p in dict.fromkeys(found) if p != own and not p.is_relative_to(own)]
+    return [p for p in dict.fromkeys(found) if p != own]
 
 
 def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
