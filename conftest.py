@@ -204,7 +204,8 @@ def graded_once(shared_tmp: Path) -> Callable[..., dict[str, Any]]:
     per submission and options for every test and xdist worker of this session that asks
     (the tests of what each platform writes from a results model)."""
     def get(submission: Path, **options: Any) -> dict[str, Any]:
-        g = Grading(entry=f"{sys.executable} main.py", **options).resolved()
+        g = Grading(entry=f"{sys.executable} main.py", sees_reference=True,  # the samples
+                    **options).resolved()                                   # import it
         return session.graded_once(shared_tmp / "graded", submission, g)
     return get
 

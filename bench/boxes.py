@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grading import lost_tests  # noqa: E402  (bench/, this script's folder)
+from record import Figure, save  # noqa: E402
 
 from tests.autograder import rehearse  # noqa: E402
 
@@ -41,6 +42,7 @@ def main() -> int:
         zip_path = Path(tmp) / "autograder.zip"
         subprocess.run([sys.executable, "-m", "tests.autograder", "--entry", a.entry,
                         "--out", str(zip_path)], cwd=ROOT, check=True, capture_output=True)
+        figures = []
         for i, spec in enumerate(a.box or BOXES):
             mb, cpus = (float(x) for x in spec.split(":"))
             results, wall, peak = rehearse(zip_path, a.submission.resolve(),
@@ -52,6 +54,11 @@ def main() -> int:
                               "not_graded": len(extra.get("not_graded", [])),
                               "containment": extra.get("containment"),
                               **lost_tests(results)}), flush=True)
+            figures.append(Figure(
+                f"grading `{a.submission.name}` in a {mb:.0f} MB / {cpus:g} CPU box "
+                f"({extra.get('containment')})", f"{wall:.1f} s, peak {peak:.0f} MB, score "
+                f"{results['score']}", "<= 5 min in 768 MB / 0.5 CPU"))
+    save(f"boxes_{a.submission.name}", figures)
     return 0
 
 

@@ -24,6 +24,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from record import Figure, save
+
 from capstone.launch import run_ranks
 from capstone.world import World
 from capstone.zero import ShardLayout, all_gather, reduce_scatter_mean
@@ -72,6 +74,7 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=5)
     args = p.parse_args()
     print(f"{'N':>2}  {'collective':<24} {'median ms/call':>14}  ratio direct/gloo")
+    figures = []
     for n in args.world_sizes:
         with tempfile.TemporaryDirectory() as d:
             per_rank = run_ranks(functools.partial(_on_rank, calls=args.calls,
@@ -82,6 +85,10 @@ def main() -> None:
             gloo, direct = med[f"{op}, gloo"], med[f"{op}, direct"]
             print(f"{n:>2}  {op + ', gloo':<24} {gloo:>14.2f}")
             print(f"{n:>2}  {op + ', direct':<24} {direct:>14.2f}  {direct / gloo:.2f}x")
+            figures.append(Figure(f"{op}, ours (capstone/zero.py) / gloo's, N = {n}, P = "
+                                  "30,080", f"{direct / gloo:.2f}x ({direct:.2f} / {gloo:.2f} "
+                                  f"ms per call, medians of {args.repeat})"))
+    save("collectives", figures)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from record import Figure, save  # noqa: E402
 from suite import children_cpu_s  # noqa: E402  (bench/, this script's folder)
 
 from tests.harness.platforms.session import Grading, grade  # noqa: E402
@@ -96,6 +97,7 @@ def side_by_side(a: argparse.Namespace) -> int:
                         walls.setdefault((sub.name, mode, name), []).append(row["wall_s"])
                         cpus.setdefault((sub.name, mode, name), []).append(row["cpu_s"])
                         print(json.dumps(row), flush=True)
+    figures = []
     for sub in a.submissions:
         for mode in a.containment:
             here, there = (statistics.median(walls[(sub.name, mode, n)]) for n in checkouts)
@@ -103,6 +105,13 @@ def side_by_side(a: argparse.Namespace) -> int:
             print(f"{sub.name} ({mode}): {here:.1f} s here, {there:.1f} s at {a.against}: "
                   f"{here / there:.2f}x wall; CPU {c_here:.1f} s against {c_there:.1f} s: "
                   f"{c_here / c_there:.2f}x (medians of {a.rounds})")
+            figures.append(Figure(
+                f"grading `{sub.name}` as the autograder and grade_class do ({mode}), this "
+                f"checkout / `{a.against}`, in turns",
+                f"{here / there:.2f}x wall ({here:.1f} / {there:.1f} s), {c_here / c_there:.2f}x"
+                f" CPU ({c_here:.1f} / {c_there:.1f} CPU-s), medians of {a.rounds}",
+                "<= 1.0x (no slower)"))
+    save("grading", figures)
     return 0
 
 
@@ -118,16 +127,22 @@ def with_exercises(a: argparse.Namespace) -> int:
                 with tempfile.TemporaryDirectory() as tmp:
                     t0 = time.monotonic()
                     results = grade(sub.resolve(), Path(tmp) / "results.json",
-                                    Grading(exercises=chosen if ex else ()))
+                                    Grading(exercises=chosen if ex else (),
+                                            sees_reference=True))  # the samples
                     wall = time.monotonic() - t0
                 walls.setdefault((sub.name, ex), []).append(wall)
                 print(json.dumps({"submission": sub.name, "exercises": list(chosen) if ex
                                   else [], "wall_s": round(wall, 1),
                                   "score": results["score"], **lost_tests(results)}), flush=True)
+    figures = []
     for sub in a.submissions:
         plain, both = (statistics.median(walls[(sub.name, ex)]) for ex in (False, True))
         print(f"{sub.name}: {plain:.1f} s without the exercises, {both:.1f} s with "
               f"{', '.join(chosen)}: {both / plain:.2f}x (medians of {a.rounds})")
+        figures.append(Figure(f"grading `{sub.name}` with {', '.join(chosen)} / without, in "
+                              "turns (namespaces)", f"{both / plain:.2f}x ({both:.1f} / "
+                              f"{plain:.1f} s, medians of {a.rounds})", "<= 1.5x"))
+    save("grading_exercises", figures)
     return 0
 
 
@@ -160,7 +175,8 @@ def main() -> int:
         for sub in a.submissions:
             with tempfile.TemporaryDirectory() as tmp:
                 t0 = time.monotonic()
-                results = grade(sub.resolve(), Path(tmp) / "results.json", Grading())
+                results = grade(sub.resolve(), Path(tmp) / "results.json",
+                                Grading(sees_reference=True))  # the samples import it
                 wall = time.monotonic() - t0
             print(json.dumps({"submission": sub.name, "containment": mode,
                               "wall_s": round(wall, 1), "score": results["score"],

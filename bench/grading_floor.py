@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grading import grade_with, worktree  # noqa: E402  (bench/, this script's folder)
+from record import Figure, save  # noqa: E402
 from suite import children_cpu_s  # noqa: E402
 
 REFERENCE = ROOT / "tests" / "submissions" / "reference"
@@ -115,6 +116,16 @@ def main() -> int:
                  f"{med['grading'] / med['against']:.2f}x of it, the runs alone "
                  f"{med['runs alone'] / med['against']:.2f}x of it")
     print(f"{line} (medians of {a.rounds})")
+    figures = [Figure(f"grading `{sub.name}` / its {len(commands)} runs started bare (no "
+                      "pytest, observer, namespaces or checks)",
+                      f"{med['grading'] / med['runs alone']:.2f}x ({med['grading']:.1f} / "
+                      f"{med['runs alone']:.1f} s, medians of {a.rounds})")]
+    if a.against:
+        figures.append(Figure(f"the same grading / `{a.against}`'s; its runs alone / "
+                              f"`{a.against}`'s grading",
+                              f"{med['grading'] / med['against']:.2f}x; "
+                              f"{med['runs alone'] / med['against']:.2f}x"))
+    save("grading_floor", figures)
     return 0
 
 

@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from record import Figure, save  # noqa: E402
+
 from tests.harness.run.runner import Watch, run_command  # noqa: E402
 from tests.harness.run.runs import BASE  # noqa: E402
 
@@ -74,6 +76,12 @@ def main() -> None:
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(result, indent=2) + "\n")
+    of = {"base run": a.repeat, "pytest -n 2 -k invariant": a.suite_repeat}
+    save("observer", [Figure(f"the observer's cost: {label}, observed / not",
+                             f"{r['ratio']:.2f}x ({r['observed_s']:.2f} / "
+                             f"{r['unobserved_s']:.2f} s, medians of {of[label]})",
+                             "<= 1.2x" if label == "base run" else "")
+                      for label, r in result.items()])
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from record import Figure, save  # noqa: E402
+
 from tests.autograder import unpack  # noqa: E402
 from tests.grade_class import grade_class  # noqa: E402
 from tests.harness.platforms.session import Grading  # noqa: E402
@@ -42,7 +44,7 @@ def main() -> int:
     a = ap.parse_args()
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
     sub = a.submission.resolve()
-    g = Grading(entry=f"{sys.executable} main.py", suite_seed=0)
+    g = Grading(entry=f"{sys.executable} main.py", suite_seed=0, sees_reference=True)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         zip_path, pl_dir = tmp / "ag.zip", tmp / "pl"
@@ -79,6 +81,9 @@ def main() -> int:
                                   "score": round(score, 2)}), flush=True)
     for name, values in walls.items():
         print(f"{name:32s} median {statistics.median(values):6.1f} s")
+    save("platforms", [Figure(f"grading `{sub.name}` by {name}", f"{statistics.median(v):.1f} s"
+                              f" (median of {len(v)}, one of each platform per round)")
+                       for name, v in walls.items()])
     return 0
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from record import Figure, save
+
 from capstone.metrics import read_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +127,13 @@ def main() -> None:
               f"{nt['step_ms']:.1f} | {o['step_ms'] / nt['step_ms']:.2f}x |")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=2))
+    save("scaling", [Figure(
+        f"embed {r['embd']}, P = {r['n_params']:,}, N = {r['n']}: ZeRO-1 bytes per rank (max) "
+        "against ZeroRedundancyOptimizer's (min..max); step time, ours / native",
+        f"{max(r['ours']['bytes']):,} against {min(r['native']['bytes']):,}.."
+        f"{max(r['native']['bytes']):,} B; {r['ours']['step_ms'] / r['native']['step_ms']:.2f}x "
+        f"({r['ours']['step_ms']:.1f} / {r['native']['step_ms']:.1f} ms, median of steps "
+        f"2..{args.steps})") for r in rows])
     try:
         plot(rows, args.png)
         print(f"plot: {args.png}", file=sys.stderr)

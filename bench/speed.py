@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import Figure, save
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -78,6 +80,19 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"median_s": med, "runs_s": times, "ratios": ratios},
                                         indent=2))
+    of = f"medians of {args.repeat}, interleaved"
+    floor, ended = med["import torch (floor)"], med["import torch, os._exit"]
+    figures = [Figure("demo (`python -m capstone`) / `python -c \"import torch\"`",
+                      f"{demo / floor:.2f}x ({demo:.2f} / {floor:.2f} s, {of})", "<= 1.2x"),
+               Figure("demo / the same import ended by `os._exit` (no teardown, as the demo "
+                      "ends)", f"{demo / ended:.2f}x ({demo:.2f} / {ended:.2f} s)")]
+    for start, target in (("spawn", "<= 0.5x"), ("fork", "")):
+        native = med.get(f"native stack, {start}")
+        if native is not None:
+            figures.append(Figure(f"demo / the native stack (DDP + ZeroRedundancyOptimizer + "
+                                  f"DCP), launched with {start}",
+                                  f"{demo / native:.2f}x ({demo:.2f} / {native:.2f} s)", target))
+    save("speed", figures)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import psutil
+from record import Figure, save
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,11 +154,16 @@ def main() -> int:
             if a.against:
                 subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT,
                                capture_output=True)
+        figures = []
         for name, r in rows.items():
             wall = statistics.median(w for w, _ in r)
             floors = statistics.median(w / f for w, f in r)
             print(f"{name:>16}: suite {wall:6.1f} s, {floors:5.1f} x the import-torch floor "
                   f"(medians of {len(r)})")
+            figures.append(Figure(f"README's test command (`pytest -n {a.workers}`), the suite "
+                                  f"of {name}", f"{wall:.1f} s, {floors:.1f}x the `import "
+                                  f"torch` floor (medians of {len(r)})"))
+        save("suite", figures)
         print_modules(modules)
     return 0
 

@@ -151,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
                          + "; ".join(f"{k}: {v}" for k, v in DESCRIBE.items())
                          + " (default: the grading file's \"policy\", else invariant). "
                          "Changing it rescores a graded class without running it again")
+    ap.add_argument("--reference-visible", action="store_true",
+                    help="let the runs read the project's reference package (capstone/), for "
+                         "a class whose programs import it, as the sample class "
+                         "tests/submissions does (hidden by default: the lesson's solution)")
     ap.add_argument("--executor", choices=EXECUTORS, default="here",
                     help="here (default): this process; local / slurm: one submitit job per "
                          "submission (a job array on Slurm; needs the [class] extra)")
@@ -175,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as e:
         print(f"grade_class: not grading: {e}", file=sys.stderr)
         return 2
-    # no run reads a classmate's submission, the grades or the feedback (under namespaces)
+    # no run reads a classmate's submission, the grades, the feedback or the reference
     g = Grading(entry, a.run_timeout, None, a.suite_seed, a.session_timeout,
-                observe=not a.no_observe, exercises=exercises, hidden=(a.submissions, a.out))
+                observe=not a.no_observe, exercises=exercises, hidden=(a.submissions, a.out),
+                sees_reference=a.reference_visible)
     resources = JobResources(a.cpus_per_task, a.session_timeout / 60 + 5, a.partition,
                              a.array_parallelism)
     grades = grade_class(a.submissions, a.out, g, a.jobs, executor=a.executor,

@@ -61,7 +61,7 @@ def test_the_plan_denies_all_but_the_way_to_the_runs_own(tmp_path_factory, names
     mine = subs / names[own % len(names)]
     planned = dict(unseen.plan([subs, out], mine))
     assert planned.pop(subs) == unseen.PASS and planned.pop(out) == unseen.DENY
-    assert mine not in planned
+    assert planned.pop(mine) == unseen.OWN
     assert planned == {p: unseen.DENY for p in subs.iterdir() if p != mine}
 
 
@@ -86,6 +86,19 @@ def test_for_the_run_the_run_user_reads_its_own_and_nothing_else(open_tmp):
             assert not _reads(hidden), f"{hidden} stays readable to the run user"
     assert _access(tmp_path) == before  # every ACL and mode put back
     assert _reads(subs / "bob" / "main.py")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's view needs root to take")
+def test_a_deny_a_killed_session_left_on_the_runs_own_folder_is_undone_for_the_run(open_tmp):
+    """A grading killed mid-run leaves alice's folder denied (it was bob's run); alice's own
+    run still reads her submission."""
+    subs, out = _class(open_tmp, ["alice", "bob"])
+    with unseen.hidden_from(UID, [subs, out], subs / "bob"):
+        left = os.getxattr(subs / "alice", acl.ATTR)  # what a session killed here leaves
+    os.setxattr(subs / "alice", acl.ATTR, left)  # as the killed session left it
+    assert not _reads(subs / "alice" / "main.py")
+    with unseen.hidden_from(UID, [subs, out], subs / "alice"):
+        assert _reads(subs / "alice" / "main.py")
 
 
 def test_what_a_grading_hides_from_its_runs(tmp_path):

@@ -56,7 +56,8 @@ def test_a_class_gets_the_same_grades_on_every_platform(tmp_path):
         shutil.copytree(ROOT / "tests" / "submissions" / name, plain / name)
     export = _export(tmp_path / "export")
     by_id = {f"submission_{9000 + i}": name for i, name in enumerate(CLASS)}
-    g = Grading(entry=f"{sys.executable} main.py", suite_seed=0)
+    g = Grading(entry=f"{sys.executable} main.py", suite_seed=0,
+                sees_reference=True)  # the sample class imports the reference package
     ways: dict[str, dict[str, float]] = {}
     serial = grade_class(plain, tmp_path / "serial", g, progress=False)
     ways["grade_class"] = {n: r["score"] for n, r in serial.items()}

@@ -26,8 +26,8 @@ def _graded(tmp_path: Path, program: Path) -> dict[str, str]:
     shutil.copy(program, sub / "main.py")
     if program.parent.name == "hostile":  # index_error.py starts its ranks by tutorial.py
         shutil.copy(program.with_name("tutorial.py"), sub)
-    results = grade(sub, tmp_path / "results.json",
-                    Grading(entry=f"{sys.executable} main.py").resolved())
+    results = grade(sub, tmp_path / "results.json",  # programs that import the reference
+                    Grading(entry=f"{sys.executable} main.py", sees_reference=True).resolved())
     assert results["score"] < 50
     return {t["name"].split("/")[-1]: t["output"] for t in results["tests"]
             if t.get("status") == "failed"}

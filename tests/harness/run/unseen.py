@@ -33,7 +33,8 @@ from tests.harness.run import acl
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-PASS, DENY = 1, 0  # the run user's permissions: execute (passage) alone, or none
+PASS, DENY, OWN = 1, 0, 5  # the run user's permissions: passage alone, none, or read and
+#                           pass (its own folder: an entry a killed session left is undone)
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ class Saved:
 
 def plan(hidden: list[Path], shown: Path) -> list[tuple[Path, int]]:
     """(path, the run user's permissions) for each path to restrict: a hidden folder that
-    holds `shown` is passage on the way down to it and denied beside it; any other hidden
-    folder is denied whole."""
+    holds `shown` is passage on the way down to it and denied beside it, `shown` itself
+    readable; any other hidden folder is denied whole."""
     shown = Path(os.path.realpath(shown))
     found: list[tuple[Path, int]] = []
     for folder in (Path(os.path.realpath(h)) for h in hidden):
@@ -63,6 +64,7 @@ def plan(hidden: list[Path], shown: Path) -> list[tuple[Path, int]]:
             with contextlib.suppress(OSError):
                 found += [(below / n, DENY) for n in sorted(os.listdir(below)) if n != part]
             below = below / part
+        found.append((shown, OWN))
     return found
 
 
