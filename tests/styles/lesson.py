@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -490,6 +491,14 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         (a.out / "summary.json").write_text(json.dumps(
             {"contract": 1, "n_params": P_model, "world_size": n * tp, "steps": a.steps}))
     dist.barrier()
+    if style.ddp:
+        # DDP's reducer let go while its group is alive: left to this function's return, it
+        # was destroyed after the group, and its destructor hung one rank now and then
+        # (the drawn ddp_hook programs; pytorch/pytorch#75097's symptom). DDP's hooks hold
+        # it in reference cycles: the collector frees it now.
+        del ddp
+        forward = hook = None
+        gc.collect()
     dist.destroy_process_group()
 
 
