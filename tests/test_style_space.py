@@ -6,7 +6,7 @@ drawn program must pass every check of the graded invariants (`-m styles`).
 
 Each one-knob change from the default is pinned by an `@example`; a failing draw shrinks
 toward the defaults, so the failure names the fewest knobs that break the suite ("fails with
-remat=reentrant alone"). The draws and pins are shared among four tests (`shard`), so that
+remat=reentrant alone"). The draws and pins are shared among six tests (`shard`), so that
 xdist spreads them; draws are deterministic (a seed per shard, no example database). One
 command draws as many as asked:
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, seed, settings
+from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.harness.check.matrix import EXERCISE_CHECKS, INVARIANT_CHECKS, evaluate
@@ -108,20 +108,31 @@ def _graded(run_cache: Any, style: dict[str, str]) -> dict[str, list[Any]]:
     return {k: v for k, v in found.items() if v}
 
 
-SHARDS = 4  # the space's draws and pins as four tests, so that xdist spreads them on its workers
+SHARDS = 6  # the space's draws and pins as six tests, so that xdist spreads them on its workers
+# Programs draws found failing, each pinned once fixed (in the suite, or in the program where
+# the slip was the program's):
+FOUND = [
+    # DDP's reducer destroyed after the process group, at train's return: its destructor hung
+    # a rank now and then under load (the resumed run after a kill; the program's slip)
+    with_(reduce="ddp_hook", micro="4", rows="strided", rendezvous="tcp", model="separate_qkv",
+          save="rename"),
+]
 
 
 def _drawn_in_shard(shard: int, check: Any) -> Any:
     """A Hypothesis test of `check(style)`: this shard's share of the draws (its own seed,
     so that the shards draw different programs, the same in every session) and of the
     one-knob changes, each pinned by an `@example`."""
-    @settings(max_examples=max(1, -(-DRAWS // SHARDS)), database=None, deadline=None,
+    draws = DRAWS // SHARDS + (shard < DRAWS % SHARDS)  # DRAWS in all, however many shards
+
+    @settings(max_examples=max(1, draws), database=None, deadline=None,
+              phases=tuple(Phase) if draws else (Phase.explicit,),
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
     @seed(shard)
     @given(style=styles())
     def drawn(style: dict[str, str]) -> None:
         check(style)
-    for style in reversed(one_knob_changes()[shard::SHARDS]):
+    for style in reversed((one_knob_changes() + FOUND)[shard::SHARDS]):
         drawn = example(style=style)(drawn)
     return drawn
 
