@@ -9,6 +9,7 @@ this shared machine falls on both alike; medians of --repeat.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -29,9 +30,19 @@ def grade(checkout: Path, subs: Path, out: Path) -> float:
     # the sample submissions import the reference package (a flag older checkouts lack)
     visible = ["--reference-visible"] if "--reference-visible" in (
         checkout / "tests" / "grade_class.py").read_text() else []
+    # the entry's python3 is this interpreter, as for a grader in its activated venv (an
+    # older checkout takes PATH's: outside the venv, one without torch, every run failing);
+    # an older checkout's conftest.py registers the suite's options itself: without this
+    # checkout's pytest plugin, which would have registered them first
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
+                                                  os.environ["PATH"]])}
+    if checkout != ROOT:
+        env["PYTEST_ADDOPTS"] = (env.get("PYTEST_ADDOPTS", "") + " -p no:capstone-impl").strip()
     subprocess.run([sys.executable, "-m", "tests.grade_class", str(subs), "--out", str(out),
                     "--suite-seed", "7", *visible], cwd=checkout, check=True,
-                   capture_output=True)
+                   capture_output=True, env=env)
+    if any("did not complete" in r.read_text() for r in (out / "students").rglob("results.json")):
+        raise SystemExit(f"grade_class of {checkout} did not grade: see {out}/students/*/")
     return time.monotonic() - t0
 
 
