@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import options
+from tests import options
 from tests.harness.check.checks import Run
 from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
 from tests.harness.diagnose.diagnosis import diagnose
@@ -58,7 +58,7 @@ if _KEPT is not None:  # this process too: for the test modules it has still to 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """The suite's options, unless the package's plugin already registered them (it loads
-    tests/harness/options.py before pytest reads its arguments: capstone/pytest_impl.py)."""
+    tests/options.py before pytest reads its arguments: capstone/pytest_impl.py)."""
     options.register(parser)
 
 

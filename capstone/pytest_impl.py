@@ -11,7 +11,7 @@ arguments: --impl". So does a grade file that already exists (`--grade-json
 run, this plugin starts the same pytest again with each such option joined to its value;
 nothing else changes.
 It also registers every option of the suite (`--impl`, `--grade-json`, `--run-timeout`,
-`--suite-seed`, ...), from the checkout's tests/harness/options.py, so that pytest knows
+`--suite-seed`, ...), from the checkout's tests/options.py, so that pytest knows
 them wherever it starts. It imports nothing of the reference: the suite still never imports
 the code it checks.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 OPTIONS = ("--impl", "--grade-json")  # the suite's options whose value may be a path
-SUITE_OPTIONS = Path(__file__).resolve().parents[1] / "tests" / "harness" / "options.py"
+SUITE_OPTIONS = Path(__file__).resolve().parents[1] / "tests" / "options.py"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

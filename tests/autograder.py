@@ -37,6 +37,7 @@ RUNS_PER_SESSION = 8  # distinct runs a grading session asks for (tests/harness/
 SUITE_PACKAGES = ("torch", "numpy", "pytest", "pytest-timeout", "pytest-xdist", "hypothesis",
                   "filelock", "psutil")
 SUITE_FILES = ("conftest.py", "pyproject.toml", "constraints.txt", "tests/__init__.py",
+               "tests/options.py",
                "tests/autograder.py", "tests/harness/**/*.py", "tests/observer/*.py")
 
 SETUP_SH = """#!/usr/bin/env bash

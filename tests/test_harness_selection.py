@@ -134,7 +134,7 @@ def test_a_grade_file_that_already_exists_outside_the_checkout_is_regraded(tmp_p
     """README's grading command with an existing results file elsewhere (a regrade), from
     the checkout and from another folder (the suite's path given): pytest would root itself
     at the file's folder and stop at "unrecognized arguments"; the package's plugin knows
-    every option of the suite wherever pytest starts (tests/harness/options.py)."""
+    every option of the suite wherever pytest starts (tests/options.py)."""
     results = tmp_path / "results.json"
     results.write_text("{}")
     elsewhere = tmp_path / "elsewhere"
