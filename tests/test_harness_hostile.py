@@ -138,11 +138,13 @@ def test_under_grading_the_faults_are_drawn_apart_from_the_seed_a_run_holds():
     public: under --grade-json the fault seed is drawn afresh, never from the suite seed, so
     no run can compute where the suite's NaN or kill lands; --fault-seed replays a grading;
     outside grading it is the suite seed (the same faults for the same seed)."""
-    from tests.harness.report.plugin import _draw_fault_seed
+    from tests.harness.report.plugin import _draw
     from tests.harness.run.runs import nemesis_nan
 
-    graded = {_draw_fault_seed(_Options(grade_json="r.json"), 7) for _ in range(20)}  # type: ignore[arg-type]
+    graded = {_draw(_Options(grade_json="r.json"), "fault_seed", 7)  # type: ignore[arg-type]
+              for _ in range(20)}
     assert 7 not in graded and len(graded) > 15
     assert len({nemesis_nan(s).nemesis for s in graded}) > 1  # the faults move with it
-    assert _draw_fault_seed(_Options(grade_json="r.json", fault_seed=5), 7) == 5  # type: ignore[arg-type]
-    assert _draw_fault_seed(_Options(), 7) == 7  # type: ignore[arg-type]
+    assert _draw(_Options(grade_json="r.json", fault_seed=5),  # type: ignore[arg-type]
+                 "fault_seed", 7) == 5
+    assert _draw(_Options(), "fault_seed", 7) == 7  # type: ignore[arg-type]

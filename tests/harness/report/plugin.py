@@ -33,23 +33,16 @@ def fault_seed() -> int:
     return int(os.environ.get(plan.FAULT_SEED_VAR, "0"))
 
 
-def _draw_fault_seed(config: pytest.Config, suite: int) -> int:
-    """--fault-seed where given (to replay a grading); a fresh one per grading session (no
-    run can compute the nemesis's step from its own --seed); else the suite seed, so that
-    the suite's own sessions draw the same faults for the same seed."""
-    fixed = config.getoption("fault_seed")
+def _draw(config: pytest.Config, option: str, otherwise: int) -> int:
+    """A session's seed: `--OPTION` where given (to replay a grading); a fresh one per
+    grading session (no answer replay; no run can compute the nemesis's step from its own
+    --seed, which holds the suite seed); else `otherwise` (the suite's own sessions: the
+    same data and faults for the same seed)."""
+    fixed = config.getoption(option)
     if fixed is not None:
         return int(fixed)
     return random.SystemRandom().randrange(1, 2**31) if config.getoption("grade_json") \
-        else suite
-
-
-def _draw_seed(config: pytest.Config) -> int:
-    """No answer replay: a grading session draws its own seed; --suite-seed fixes it."""
-    fixed = config.getoption("suite_seed")
-    if fixed is not None:
-        return int(fixed)
-    return random.SystemRandom().randrange(1, 2**31) if config.getoption("grade_json") else 0
+        else otherwise
 
 
 def _module(nodeid: str) -> str:
@@ -61,8 +54,8 @@ class SuiteReport:
         self.config = config
         if not hasattr(config, "workerinput"):  # a controller: a fresh id, even when nested
             os.environ[SESSION_VAR] = uuid.uuid4().hex[:12]
-            os.environ[SEED_VAR] = str(_draw_seed(config))
-            os.environ[plan.FAULT_SEED_VAR] = str(_draw_fault_seed(config, suite_seed()))
+            os.environ[SEED_VAR] = str(_draw(config, "suite_seed", 0))
+            os.environ[plan.FAULT_SEED_VAR] = str(_draw(config, "fault_seed", suite_seed()))
         self.started = time.monotonic()
         self.collected: dict[str, str] = {}  # graded nodeid -> weight key
         self.outcomes: dict[str, dict[str, Any]] = {}
