@@ -8,7 +8,7 @@ for the length of one run (runs under the run user go one at a time on the machi
 `contain.lease`), each hidden folder gets a POSIX ACL entry naming the run user alone:
 
     CLASS/            u:capstone-run:--x   (passage to its own folder, no listing)
-    CLASS/alice/      unchanged            (the run's own submission, its working directory)
+    CLASS/alice/      u:capstone-run:r-x   (the run's own submission, its working directory)
     CLASS/bob/        u:capstone-run:---   (a named user's entry outranks others' bits)
     CLASS/roster.csv  u:capstone-run:---
     grades/           u:capstone-run:---
@@ -90,7 +90,7 @@ def _restrict(saved: Saved, uid: int, perms: int) -> None:
     try:
         os.setxattr(saved.path, acl.ATTR, acl.encode(entries), follow_symlinks=False)
     except OSError:  # no ACLs here: others' bits for the run (the run user is "others")
-        os.chmod(saved.path, saved.mode & ~0o007 | (perms & 0o001), follow_symlinks=False)
+        os.chmod(saved.path, saved.mode & ~0o007 | perms, follow_symlinks=False)
 
 
 def _restore(saved: Saved) -> None:
