@@ -4,6 +4,11 @@ words; a rank killed by a signal, by its signal."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
 from tests.harness.observe.crash import Crash, _first, first_exception
 
 SPAWN = """Traceback (most recent call last):
@@ -55,3 +60,40 @@ def test_a_crash_shows_the_lines_around_the_one_that_raised(tmp_path):
     assert crashed.around().splitlines() == [
         "     3 | line3", "     4 | line4", ">    5 | line5", "     6 | line6", "     7 | line7"]
     assert Crash("rank 1 raised X", str(tmp_path / "gone.py"), 3).around() == ""
+
+
+# A traceback's frames: the submission's or a library's, with the code line Python prints,
+# its carets, or none (a frozen frame's): whatever the mix, the error and the innermost own
+# line are told.
+FRAMES = st.lists(st.tuples(st.sampled_from(["/work/sub/main.py", "/work/sub/zero.py",
+                                             "/usr/lib/python3.11/importlib/__init__.py",
+                                             "<frozen importlib._bootstrap>",
+                                             "/venv/lib/python3.11/site-packages/torch/x.py"]),
+                            st.integers(1, 999), st.sampled_from(["code", "carets", "none"])),
+                  min_size=1, max_size=6)
+ERRORS = st.sampled_from(["ModuleNotFoundError: No module named 'capstone'",
+                          "KeyError: 'betas'", "RuntimeError: shapes (3,) and (4,) differ",
+                          "ValueError: x"])
+
+
+@given(FRAMES, ERRORS, st.sampled_from([None, 2]))
+@example([("/work/sub/main.py", 2, "code"), ("<frozen importlib._bootstrap>", 1204, "none"),
+          ("<frozen importlib._bootstrap>", 1140, "none")],
+         "ModuleNotFoundError: No module named 'capstone'", None)  # importlib.import_module
+def test_every_traceback_tells_its_error_and_its_innermost_own_line(frames, error, torchrun):
+    lines = ["Traceback (most recent call last):"]
+    for file, number, shown in frames:
+        lines.append(f'  File "{file}", line {number}, in f')
+        if shown != "none":
+            lines.append(f"    value = step({number})")
+        if shown == "carets":
+            lines.append("            ^^^^^^^^^^^^")
+    lines.append(error)
+    if torchrun is not None:
+        lines = [f"[rank{torchrun}]: {ln}" for ln in lines]
+    said = first_exception("\n".join(lines) + "\n")
+    assert error in said, said
+    own = [(f, n, s) for f, n, s in frames if f.startswith("/work/")] or frames
+    file, number, shown = own[-1]
+    assert f" at {'/'.join(Path(file).parts[-2:])}:{number}" in said, said
+    assert ("`value = step(" in said) == (shown != "none"), said

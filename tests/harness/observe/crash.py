@@ -90,9 +90,13 @@ def _first(text: str, rank: int | None = None) -> Crash:
         while j < len(lines):
             m = _FRAME.match(lines[j][1])
             if m:
-                code = lines[j + 1][1].strip() if j + 1 < len(lines) else ""
+                # the frame's code line is indented; a frozen frame has none, and the line
+                # after the innermost one is then the exception itself
+                after = lines[j + 1][1] if j + 1 < len(lines) else ""
+                code = after.strip() if after[:1] in (" ", "\t") and \
+                    not _FRAME.match(after) else ""
                 frames.append((m["file"], m["line"], code))
-                j += 2 if code and not _FRAME.match(code) else 1
+                j += 2 if code else 1
                 continue
             if lines[j][1].startswith((" ", "\t")) or not lines[j][1].strip():
                 j += 1
