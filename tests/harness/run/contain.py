@@ -288,6 +288,9 @@ def open_to(run_dir: Path, ids: tuple[int, int], cwd: Path | None = None) -> Non
         for name in [*dirs, *files]:
             os.chown(Path(top) / name, *ids, follow_symlinks=False)
     if cwd is not None:
+        # the way to it anew for every run: a folder above may have been closed since (a
+        # pytest starting elsewhere sets its /tmp/pytest-of-USER back to 0700)
+        _traversable(cwd.resolve())
         readable(cwd.resolve())
 
 
