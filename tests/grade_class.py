@@ -2,7 +2,7 @@
 
     python -m tests.grade_class SUBMISSIONS/ --out grades/ [--entry "python3 main.py"] [-j K]
         [--executor here|local|slurm] [--cpus-per-task 2] [--partition P]
-        [--policy invariant|per_check]
+        [--policy invariant|per_check] [--reference-visible | --reference-hidden]
 
 SUBMISSIONS is a folder with one subfolder per student (its name is the `student` column),
 or Gradescope's "Export Submissions" (a folder per submission id and
@@ -23,6 +23,11 @@ to regrade one). It writes:
   grading policy (`--policy`: an invariant all or nothing, the default, or per check);
 - grades/students/NAME/: that student's results.json and the session's log.
 
+No run sees a classmate's submission, the grades or the project's reference (capstone/,
+the lesson's solution) unless told: whether the class builds on the reference is asked
+before anyone is graded (--reference-visible or --reference-hidden), and a run that fails
+reaching for it unsaid is not graded, never charged.
+
 A submission that crashes, hangs, floods its output or leaves processes behind costs only
 its own row: every run is bounded and contained, and so is each student's whole session.
 """
@@ -39,8 +44,13 @@ from typing import Any
 from tqdm import tqdm
 
 from tests.harness.platforms.class_jobs import EXECUTORS, JobResources, run_jobs
-from tests.harness.platforms.preflight import SetupError, check_entry, entry_for
-from tests.harness.platforms.session import Grading, assignment_seed
+from tests.harness.platforms.preflight import (
+    SetupError,
+    check_entry,
+    entry_for,
+    importers_of,
+)
+from tests.harness.platforms.session import ROOT, Grading, assignment_seed
 from tests.harness.report.class_report import (
     rescored,
     write_csv,
@@ -103,6 +113,24 @@ def grade_class(submissions: Path, out: Path, g: Grading, jobs: int = 1,
     return grades
 
 
+def check_reference(submissions: Path) -> None:
+    """Raise SetupError if some submission imports the project's reference package, which
+    the runs do not see unless the instructor says: whether the class may build on it is
+    the instructor's to say, before anyone is graded."""
+    reference = ROOT / "capstone"
+    if not reference.is_dir():
+        return
+    users = importers_of(reference.name, [sub.folder for sub in read_roster(submissions)])
+    if users:
+        names = ", ".join(f.name for f in users[:5]) + (", ..." if len(users) > 5 else "")
+        many = "submissions import" if len(users) > 1 else "submission imports"
+        raise SetupError(f"{len(users)} {many} the reference package "
+                         f"{reference.name} ({names}), which the runs do not see unless you "
+                         "say: pass --reference-visible if the class's programs build on it, "
+                         "or --reference-hidden if they must not use it (their runs then "
+                         "fail as their own)")
+
+
 def class_seed(out: Path) -> int:
     """The assignment's seed kept beside its grades (OUT/suite_seed): drawn at the first
     grading, read at every regrade, so that every student faces the same data and a regrade
@@ -151,10 +179,16 @@ def main(argv: list[str] | None = None) -> int:
                          + "; ".join(f"{k}: {v}" for k, v in DESCRIBE.items())
                          + " (default: the grading file's \"policy\", else invariant). "
                          "Changing it rescores a graded class without running it again")
-    ap.add_argument("--reference-visible", action="store_true",
-                    help="let the runs read the project's reference package (capstone/), for "
-                         "a class whose programs import it, as the sample class "
-                         "tests/submissions does (hidden by default: the lesson's solution)")
+    reference = ap.add_mutually_exclusive_group()
+    reference.add_argument("--reference-visible", action="store_true",
+                           help="let the runs read the project's reference package (capstone/, "
+                                "the lesson's solution), for a class whose programs build on "
+                                "it, as the sample class tests/submissions does")
+    reference.add_argument("--reference-hidden", action="store_true",
+                           help="hide it, for a class whose programs must not use it: a run "
+                                "that imports it fails as the program's own. With neither, it "
+                                "is hidden, a class importing it is not graded until you say, "
+                                "and a run failing on it is not graded")
     ap.add_argument("--executor", choices=EXECUTORS, default="here",
                     help="here (default): this process; local / slurm: one submitit job per "
                          "submission (a job array on Slurm; needs the [class] extra)")
@@ -174,15 +208,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(f"--exercises: {e}")
     entry = entry_for(a.entry, a.python)
+    sees_reference = True if a.reference_visible else False if a.reference_hidden else None
     try:  # the grader's set-up, tried before anyone is graded: never a student's fault
         check_entry(entry, observe=not a.no_observe)
+        if sees_reference is None:
+            check_reference(a.submissions)
     except SetupError as e:
         print(f"grade_class: not grading: {e}", file=sys.stderr)
         return 2
     # no run reads a classmate's submission, the grades, the feedback or the reference
     g = Grading(entry, a.run_timeout, None, a.suite_seed, a.session_timeout,
                 observe=not a.no_observe, exercises=exercises, hidden=(a.submissions, a.out),
-                sees_reference=a.reference_visible)
+                sees_reference=sees_reference)
     resources = JobResources(a.cpus_per_task, a.session_timeout / 60 + 5, a.partition,
                              a.array_parallelism)
     grades = grade_class(a.submissions, a.out, g, a.jobs, executor=a.executor,

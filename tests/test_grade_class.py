@@ -4,8 +4,11 @@ and the CSV, feedback files and summary are written."""
 from __future__ import annotations
 
 import csv
+import json
 import os
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -154,10 +157,43 @@ def test_a_grader_is_built_with_the_assignments_seed():
         .suite_seed is None
 
 
+@pytest.fixture(params=["allowed", "refused"])
+def contained(request: pytest.FixtureRequest, tmp_path: Path,
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder to grade a class in (yielded), its runs contained in namespaces ("allowed"),
+    or as the run user with an `unshare` that exits 1 first on PATH ("refused"), as in
+    Gradescope's and PrairieLearn's Docker boxes; skipped where this machine cannot. The
+    folder is outside pytest's own temporary root: every pytest that starts (another
+    worker's grading session) closes that root to others again, and with it the way to a
+    class inside it for the run user, as no grader's class folder is closed."""
+    import shutil
+    import tempfile
+
+    from tests.harness.run import contain
+
+    if request.param == "refused":
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        (fake / "unshare").write_text("#!/bin/sh\nexit 1\n")
+        (fake / "unshare").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    contain._unshare_prefix.cache_clear()
+    try:
+        wanted = contain.USER if request.param == "refused" else contain.NAMESPACES
+        if contain.mode() != wanted:
+            pytest.skip(f"no {wanted} here: {contain.why_not_user()}")
+        folder = Path(tempfile.mkdtemp(prefix="capstone-class-"))
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        contain._unshare_prefix.cache_clear()  # the PATH is put back: so is what it decided
+
+
 @pytest.mark.long
 @pytest.mark.slow
-@pytest.mark.parametrize("unshare", ["allowed", "refused"])
-def test_a_submission_cannot_read_its_classmates_or_the_grades(tmp_path, monkeypatch, unshare):
+def test_a_submission_cannot_read_its_classmates_or_the_grades(contained):
     """A reader (tests/hostile/peek.py) walks the class folder and the outputs, and reads its
     classmate's folder and file, the outputs and the project's reference by name, then
     raises what it read: none of a classmate's bytes reach its feedback or the CSV. Under
@@ -165,21 +201,8 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(tmp_path, monkeyp
     refused (an `unshare` that exits 1 first on PATH, as in Gradescope's and PrairieLearn's
     Docker boxes) the run user is denied them by an ACL entry for the run
     (tests/harness/run/unseen.py)."""
-    from tests.harness.run import contain
-
-    if unshare == "refused":
-        fake = tmp_path / "bin"
-        fake.mkdir()
-        (fake / "unshare").write_text("#!/bin/sh\nexit 1\n")
-        (fake / "unshare").chmod(0o755)
-        monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
-        contain._unshare_prefix.cache_clear()
-        if contain.mode() != contain.USER:
-            pytest.skip(f"no run user here: {contain.why_not_user()}")
-    elif contain.mode() != contain.NAMESPACES:
-        pytest.skip("no namespaces here")
     secret = "SECRET-" + "5f1c" * 8
-    subs, out = tmp_path / "submissions", tmp_path / "grades"
+    subs, out = contained / "submissions", contained / "grades"
     for name in ("a_reader", "b_secret"):
         (subs / name).mkdir(parents=True)
     hostile = Path(__file__).parent / "hostile"
@@ -193,10 +216,7 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(tmp_path, monkeyp
     (subs / "roster.csv").write_text(f"b_secret,{secret}\n")
     g = Grading(entry=f"{sys.executable} main.py", run_timeout_s=5, suite_seed=0,
                 session_timeout_s=120, file_mb=4, runs_at_once=1, hidden=(subs, out))
-    try:
-        grades = grade_class(subs, out, g, jobs=1, progress=False)
-    finally:
-        contain._unshare_prefix.cache_clear()
+    grades = grade_class(subs, out, g, jobs=1, progress=False)
     reader = (out / "feedback" / "a_reader.md").read_text()
     assert "read 0 files of others" in reader, reader[:2000]
     assert secret not in reader
@@ -206,3 +226,54 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(tmp_path, monkeyp
     assert not [p for p in [subs, *subs.rglob("*")] if "system.posix_acl_access" in
                 os.listxattr(p, follow_symlinks=False)], "an ACL entry outlived the runs"
     assert grades["b_secret"]["score"] == 0  # graded as itself, its own bytes its own
+
+
+@pytest.mark.long
+@pytest.mark.slow
+def test_a_class_built_on_the_hidden_reference_is_never_charged_for_it(contained):
+    """The reference (capstone/) is hidden from the runs unless the instructor says: a class
+    whose programs import it is stopped before anyone is graded, with the two flags to
+    choose from; graded all the same (an import the scan cannot see), every run that fails
+    reaching for it is not graded, never a failed invariant, with or without namespaces.
+    Only where the instructor said it is hidden (--reference-hidden) is the failed import
+    the programs' own: what the suite charged before it told the two apart."""
+    subs, out = contained / "submissions", contained / "grades"
+    (subs / "static").mkdir(parents=True)
+    (subs / "static" / "main.py").write_text(
+        (Path(__file__).parent / "submissions" / "reference" / "main.py").read_text())
+    (subs / "dynamic").mkdir()
+    (subs / "dynamic" / "main.py").write_text(  # an import no static scan finds
+        "import importlib, sys\ncli = importlib.import_module('caps' + 'tone.cli')\n"
+        "cli.exit_now(cli.main(sys.argv[1:]))\n")
+    done = subprocess.run([sys.executable, "-m", "tests.grade_class", str(subs), "--out",
+                           str(out), "--suite-seed", "0"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert done.returncode == 2, done.stderr
+    [line] = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert "1 submission imports the reference package capstone (static)" in line and \
+        "--reference-visible" in line and "--reference-hidden" in line, line
+    assert not (out / "grades.csv").exists()
+
+    def graded(sees_reference: bool | None, into: Path) -> dict[str, dict[str, str]]:
+        g = Grading(entry=f"{sys.executable} main.py", run_timeout_s=10, suite_seed=0,
+                    session_timeout_s=180, file_mb=4, runs_at_once=1, hidden=(subs, into),
+                    sees_reference=sees_reference)
+        grades = grade_class(subs, into, g, jobs=1, progress=False)
+        assert all(r["score"] == 0 for r in grades.values())
+        with open(into / "grades.csv") as f:
+            return {r["student"]: r for r in csv.DictReader(f)}
+
+    unsaid = graded(None, out)
+    for name in ("static", "dynamic"):
+        results = json.loads((out / "students" / name / "results.json").read_text())
+        charged = [f"{t['name']}: {t['output'][:400]}" for t in results["tests"]
+                   if "status" in t]
+        assert not charged, (name, charged)  # none failed
+        assert results["output"].startswith("SCORE INCOMPLETE"), results["output"][:300]
+        page = (out / "feedback" / f"{name}.md").read_text()
+        assert "reference package `capstone`" in page and "--reference-visible" in page
+        assert unsaid[name]["first_violation"] == "" and \
+            set(unsaid[name]["not_graded"].split()) == set(INVARIANTS), unsaid[name]
+    said = graded(False, contained / "hidden")  # the instructor said: they must not use it
+    for name in ("static", "dynamic"):
+        assert said[name]["not_graded"] == "" and "capstone" in said[name]["first_violation"]

@@ -70,3 +70,29 @@ def check_entry(entry: str, observe: bool = True, cwd: Path | None = None,
                          f"({done.stdout or 'none'}), not the suite's observer: the observed "
                          "checks would fail for every student; grade with an interpreter "
                          "without one, or pass --no-observe")
+
+
+def importers_of(package: str, folders: list[Path], most_bytes: int = 1 << 20) -> list[Path]:
+    """The folders among `folders` with a Python file that imports `package` (`import P`,
+    `from P... import`), read statically: a class whose programs build on a package the
+    grading hides is told before anyone is graded. Links and files over `most_bytes` are
+    skipped (a submission's /dev/zero link must not stall the grader), as are files that do
+    not parse (their run says why); a dynamic import is left to the runs (unsaid.py). A
+    folder with its own `package` (a folder or module of that name at its top) imports that."""
+    import ast
+
+    def imports(path: Path) -> bool:
+        try:
+            if path.is_symlink() or not path.is_file() or path.stat().st_size > most_bytes:
+                return False
+            tree = ast.parse(path.read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            return False
+        named = [a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for a in node.names]
+        named += [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                  and node.level == 0 and node.module]  # level > 0: the program's own
+        return any(n.split(".")[0] == package for n in named)
+
+    return [f for f in folders if not (f / package).is_dir() and not
+            (f / f"{package}.py").is_file() and any(imports(p) for p in sorted(f.rglob("*.py")))]

@@ -25,7 +25,7 @@ from tests.harness.report.grading import (
     grading_config,
     selected_exercises,
 )
-from tests.harness.run import box, bytecode, contain
+from tests.harness.run import box, bytecode, contain, unsaid
 
 ROOT = Path(__file__).resolve().parents[3]
 GRADED = ("test_invariant_*.py", "test_fault_rollback.py")
@@ -59,8 +59,11 @@ class Grading:
     # are denied to it (tests/harness/run/unseen.py). The project's reference (capstone/)
     # is hidden too (`unseen_by_runs`).
     hidden: tuple[Path, ...] = ()
-    sees_reference: bool = False  # the entry runs the reference or its mutants (the suite's
-    #                               own gradings of the lesson's programs), not a submission
+    # The reference: True, the runs see it (a class whose programs build on it, or the
+    # suite's own gradings of the lesson's programs); False, hidden as the instructor chose
+    # (importing it is the program's mistake); None, hidden without anybody's say: a run
+    # that fails reaching for it is not graded (tests/harness/run/unsaid.py)
+    sees_reference: bool | None = None
 
     def resolved(self) -> Grading:
         """Runs at once and memory cap chosen for the box this machine is now."""
@@ -126,7 +129,11 @@ def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
     bytecode.kept(env)  # the session's own bytecode kept (never its runs')
     if g.grading_config is not None:
         env[CONFIG_VAR] = str(g.grading_config)
-    env[contain.HIDE_VAR] = os.pathsep.join(str(p) for p in unseen_by_runs(submission, g, root))
+    unseen = unseen_by_runs(submission, g, root)
+    env[contain.HIDE_VAR] = os.pathsep.join(str(p) for p in unseen)
+    reference = (root / "capstone").resolve()
+    env[unsaid.UNSAID_VAR] = str(reference) if g.sees_reference is None and \
+        reference in unseen else ""
     log = log or results.with_suffix(".log")
     t0 = time.monotonic()
     with open(log, "wb") as out:

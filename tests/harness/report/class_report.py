@@ -224,8 +224,9 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
                      if any(v["not_graded"] for v in per_invariant(r).values()))
     lines = [f"# Class summary: {len(grades)} students", "", policy_line(grades), ""]
     if spoiled:  # first: these grades are incomplete through no fault of the students
-        lines += [f"**Not graded completely (the grading machine's fault; regrade on a larger "
-                  f"machine): {', '.join(spoiled)}**", ""]
+        lines += [f"**Not graded completely (the grader's machine or set-up, not the "
+                  f"students'; each feedback says what to mend, then regrade): "
+                  f"{', '.join(spoiled)}**", ""]
     bins = score_bins(scores)
     lines += [f"Median score {statistics.median(scores):.4g}; "
               f"{sum(s >= 100 for s in scores)} at 100." if scores else "No students.", "",

@@ -61,7 +61,7 @@ VISIBILITY: dict[str, str] = {name: "visible" for name in WEIGHTS}
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 CONFIG_VAR = "CAPSTONE_GRADING"
 LIKELY = "likely: "  # starts each likely-cause line of a test's output (class_report reads it)
-NOT_GRADED = "NOT GRADED (the grading machine's fault, not the submission's): "
+NOT_GRADED = "NOT GRADED (the grader's machine or set-up, not the submission): "
 WENT_WRONG = "What went wrong:\n"  # opens the text of a failed grading
 # The order a student should read failures in: how the run ended and what the ranks did first
 # (later failures are often their consequences), then the numbers.
@@ -160,8 +160,9 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
     observed checks under --no-observe) is listed with no points, and the weights of what did
     run are scaled to keep the same total: turning a check off for a course does not cost its
     students points. A test the grading machine could not grade (its run was OOM-killed
-    twice) keeps its points out of reach, is not marked failed, and the output says so first:
-    the instructor regrades on a larger machine. A check whose run did not finish fails and
+    twice, or it reached for the reference nobody said it may use) keeps its points out of
+    reach, is not marked failed, and the output says so first: the instructor mends the
+    cause it names and regrades. A check whose run did not finish fails and
     earns `not_checked_credit()` of its points (the policy is stated in the output)."""
     weights, visibility = grading_config()
     credit, policy = not_checked_credit(), grading_policy()
@@ -195,9 +196,9 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
     if not_graded:
         first = str(outcomes[min(not_graded)]["output"]).removeprefix(NOT_GRADED)
         banner = (f"SCORE INCOMPLETE: {len(not_graded)} of {len(tests)} tests could not be "
-                  "graded, through the grading machine's fault, not the submission's; they "
-                  f"{'and their invariants ' if policy == INVARIANT else ''}count 0 here "
-                  "until the instructor regrades on a larger machine. "
+                  "graded, through the grader's fault (its machine or its set-up), not the "
+                  f"submission's; they {'and their invariants ' if policy == INVARIANT else ''}"
+                  "count 0 here until the instructor mends what follows and regrades. "
                   f"{one_line(first, 400)}\n\n")
     if unchecked:
         note = (f"{unchecked} check(s) were not checked because a run they need did not "

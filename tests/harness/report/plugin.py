@@ -151,7 +151,7 @@ class SuiteReport:
                 tr.write_line(line)
         spoiled = self.not_graded()
         if spoiled:  # first: these verdicts are the machine's, not the submission's
-            tr.section(f"NOT GRADED: {len(spoiled)} test(s), the grading machine's fault")
+            tr.section(f"NOT GRADED: {len(spoiled)} test(s), the grader's machine or set-up")
             for line in spoiled:
                 tr.write_line(line)
         if self.invariants:

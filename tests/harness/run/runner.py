@@ -49,7 +49,7 @@ from tests.harness.observe.traces import (
     stacks,
     where_blocked,
 )
-from tests.harness.run import box, bytecode, contain, plan, stress, unseen, warm
+from tests.harness.run import box, bytecode, contain, plan, stress, unsaid, unseen, warm
 from tests.harness.run.contain import GRACE_S  # by name: Watch's field `contain` hides the module
 from tests.harness.run.procfs import live_processes
 
@@ -276,6 +276,7 @@ def observed_environment(observe_dir: Path | None) -> dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop(bytecode.PREFIX_VAR, None)  # nor reads the suite's (tests/harness/run/bytecode.py)
     env.pop(contain.HIDE_VAR, None)  # the session's, not the run's
+    env.pop(unsaid.UNSAID_VAR, None)
     for var in plan.SEED_VARS:  # the fault seed would name the nemesis's step and rank
         env.pop(var, None)
     if observe_dir is not None:

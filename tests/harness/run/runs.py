@@ -22,7 +22,7 @@ from filelock import FileLock, Timeout
 
 from tests.harness.observe.parse import parse_run
 from tests.harness.observe.traces import load_observation
-from tests.harness.run import box, contain, stress
+from tests.harness.run import box, contain, stress, unsaid
 from tests.harness.run.result import Run, checkpoint_dir
 from tests.harness.run.runner import Outcome, Watch, run_command
 from tests.harness.run.timeline import write_trace
@@ -377,6 +377,9 @@ class RunCache:
                     spoiled.peak_mb, outcome.peak_mb), self.mem_bytes) \
                     if outcome.oom_kills else \
                     starved(outcome)
+        if not outcome.not_graded and not outcome.finished():
+            # the grading hid the reference and nobody said whether the class may use it
+            outcome.not_graded = unsaid.not_graded(outcome.first_error)
         outcome.save(d / "outcome.json")
         run = self._load(spec, d, outcome)
         if run.observed is not None:
