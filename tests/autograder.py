@@ -39,6 +39,7 @@ SUITE_PACKAGES = ("torch", "numpy", "pytest", "pytest-timeout", "pytest-xdist", 
 SUITE_FILES = ("conftest.py", "pyproject.toml", "constraints.txt", "tests/__init__.py",
                "tests/options.py",
                "tests/autograder.py", "tests/harness/**/*.py", "tests/observer/*.py")
+REFERENCE_FILES = ("capstone/*.py",)  # shipped where the class builds on the reference
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once, when it builds the image: the suite's Python dependencies, pinned
@@ -112,15 +113,19 @@ def contents(entry: str, run_timeout_s: float, weights: dict[str, float],
              visibility: dict[str, str], observe: bool = True, mem_mb: int | None = None,
              suite_seed: int | None = None, not_checked_credit: float = 0.0,
              exercises: tuple[str, ...] = (), policy: str = DEFAULT_POLICY,
-             ) -> tuple[dict[str, str], list[Path]]:
-    """What every platform's grader holds: generated files (name -> text) and the suite's."""
+             reference: bool | None = None) -> tuple[dict[str, str], list[Path]]:
+    """What every platform's grader holds: generated files (name -> text) and the suite's;
+    with `reference` (the class builds on it) the project's reference package too, which
+    the runs then import. Whether they may is written in its configuration (None: nobody
+    said; a run that fails reaching for the package is then not graded)."""
     bad = {v for v in visibility.values() if v not in VISIBILITIES}
     if bad:
         raise SystemExit(f"--visibility takes one of {', '.join(VISIBILITIES)}; got {bad}")
-    files = sorted({p for pattern in SUITE_FILES for p in ROOT.glob(pattern)}
+    shipped = (*SUITE_FILES, *(REFERENCE_FILES if reference else ()))
+    files = sorted({p for pattern in shipped for p in ROOT.glob(pattern)}
                    | {Path(m) for m in graded_modules(exercises=exercises)})
     config = {"entry": entry, "run_timeout_s": run_timeout_s, "observe": observe,
-              "run_mem_mb": mem_mb, "suite_seed": suite_seed}
+              "run_mem_mb": mem_mb, "suite_seed": suite_seed, "sees_reference": reference}
     generated = {
         "setup.sh": SETUP_SH.format(packages=" ".join(SUITE_PACKAGES), user=contain.RUN_USER),
         "autograder.json": json.dumps(config, indent=2) + "\n",
@@ -153,10 +158,10 @@ def build(out: Path, entry: str, run_timeout_s: float, weights: dict[str, float]
           visibility: dict[str, str], observe: bool = True,
           mem_mb: int | None = None, suite_seed: int | None = None,
           not_checked_credit: float = 0.0, exercises: tuple[str, ...] = (),
-          policy: str = DEFAULT_POLICY) -> list[str]:
+          policy: str = DEFAULT_POLICY, reference: bool | None = None) -> list[str]:
     """Write the Gradescope autograder zip; return the names it holds."""
     generated, files = contents(entry, run_timeout_s, weights, visibility, observe, mem_mb,
-                                suite_seed, not_checked_credit, exercises, policy)
+                                suite_seed, not_checked_credit, exercises, policy, reference)
     generated["run_autograder"] = RUN_AUTOGRADER
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
@@ -234,6 +239,7 @@ def run_session(submission: Path, results_path: Path) -> dict[str, Any]:
                 grading_config=ROOT / "grading.json", observe=config.get("observe", True),
                 mem_mb=config.get("run_mem_mb"),
                 suite_seed=config.get("suite_seed"),
+                sees_reference=config.get("sees_reference"),
                 hidden=(results_path.parent,)).resolved()  # the platform's results folder
     print(f"box: {box.plan(box.read_box()).why}; containment: {contain.mode()}; a process of "
           f"a run may allocate {g.mem_mb} MB")
@@ -299,7 +305,17 @@ def parse_build_args(argv: list[str], prog: str, description: str, out_help: str
                     help="how an invariant's checks add up to its points: "
                          + "; ".join(f"{k}: {v}" for k, v in DESCRIBE.items())
                          + f" (default {DEFAULT_POLICY})")
+    reference = ap.add_mutually_exclusive_group()
+    reference.add_argument("--reference-visible", action="store_true",
+                           help="ship the project's reference package (capstone/, the "
+                                "lesson's solution) for the runs to import: the class's "
+                                "programs build on it")
+    reference.add_argument("--reference-hidden", action="store_true",
+                           help="the class's programs must not use it: a run that imports it "
+                                "fails as the program's own. With neither, such a run is not "
+                                "graded (nobody said), never charged")
     a = ap.parse_args(argv)
+    a.reference = True if a.reference_visible else False if a.reference_hidden else None
     if platform is not None:
         a.platform = platform
     if not 0.0 <= a.not_checked_credit <= 1.0:
@@ -336,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.platform == "prairielearn":
         generated, files = contents(a.entry, a.run_timeout, weights, a.visibility,
                                     not a.no_observe, a.run_mem_mb, a.suite_seed,
-                                    a.not_checked_credit, a.exercises, a.policy)
+                                    a.not_checked_credit, a.exercises, a.policy, a.reference)
         names = write_folder(a.out, {**generated, **prairielearn.grader_texts()}, files)
         print(f"wrote {a.out} ({len(names)} files): build and push its Dockerfile's image, "
               "then put info.json's externalGradingOptions in the question "
@@ -345,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     names = build(a.out, a.entry, a.run_timeout, weights, a.visibility,
                   observe=not a.no_observe, mem_mb=a.run_mem_mb, suite_seed=a.suite_seed,
                   not_checked_credit=a.not_checked_credit, exercises=a.exercises,
-                  policy=a.policy)
+                  policy=a.policy, reference=a.reference)
     print(f"wrote {a.out} ({len(names)} files): upload it as the autograder of a "
           "Gradescope programming assignment (Ubuntu base image)")
     return 0

@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     weights = {**{k: v for k, v in WEIGHTS.items() if k not in EXERCISES
                   or k in a.exercises}, **weights}
     generated, files = contents(a.entry, a.run_timeout, weights, a.visibility, not a.no_observe,
-                                a.run_mem_mb, a.suite_seed, a.not_checked_credit, a.exercises)
+                                a.run_mem_mb, a.suite_seed, a.not_checked_credit, a.exercises,
+                                reference=a.reference)
     names = write_template(a.out, a.entry, weights, generated, files, ROOT)
     print(f"wrote {len(names)} files under {a.out}: add them to the assignment's template "
           "repository (see GRADING.md there)")

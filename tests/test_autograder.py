@@ -209,3 +209,41 @@ def test_a_submission_cannot_read_the_results_folder(autograder_zip, tmp_path):
     results = run_autograder(root)
     said = json.dumps(results)
     assert "files of others" in said and secret not in said, said[:3000]  # it ran, saw none
+
+
+# The sample `reference` submission (it imports the reference package) as on a machine where
+# the package is not installed: the editable install's finder taken out of its path.
+UNINSTALLED = """import sys
+sys.meta_path[:] = [f for f in sys.meta_path
+                    if "__editable__" not in str(getattr(f, "__module__", ""))]
+from capstone.cli import exit_now, main
+
+exit_now(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.long
+@pytest.mark.slow
+def test_a_grader_never_charges_a_class_built_on_the_reference_it_does_not_ship(
+        autograder_zip, reference_only, tmp_path):
+    """A grader built without saying whether the class may use the reference ships the
+    suite alone: a submission built on it is not graded (no status, SCORE INCOMPLETE, the
+    two flags to build with), never charged. Built with --reference-visible, the grader
+    ships the package, the runs import it, and the same submission scores 100."""
+    sub = tmp_path / "built_on_it"
+    sub.mkdir()
+    (sub / "main.py").write_text(UNINSTALLED)
+    unsaid = run_autograder(unpack(autograder_zip, tmp_path / "unsaid", sub))
+    assert unsaid["output"].startswith("SCORE INCOMPLETE"), unsaid["output"][:500]
+    assert not [t["name"] for t in unsaid["tests"] if "status" in t]
+    assert "reference package `capstone`" in unsaid["output"] and \
+        "--reference-visible" in unsaid["output"]  # the instructor's to do, at the top
+    assert all("No module named 'capstone" in t["output"] for t in unsaid["tests"])
+    shipped = tmp_path / "visible.zip"
+    subprocess.run([sys.executable, "-m", "tests.autograder", "--entry", "python3 main.py",
+                    "--out", str(shipped), "--reference-visible"], cwd=ROOT, check=True,
+                   capture_output=True)
+    assert "capstone/zero.py" in zipfile.ZipFile(shipped).namelist()
+    visible = run_autograder(unpack(shipped, tmp_path / "visible", sub))
+    assert visible["score"] == 100, [t["output"][:300] for t in visible["tests"]
+                                     if t.get("status") != "passed"]

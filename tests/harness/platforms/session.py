@@ -61,8 +61,9 @@ class Grading:
     hidden: tuple[Path, ...] = ()
     # The reference: True, the runs see it (a class whose programs build on it, or the
     # suite's own gradings of the lesson's programs); False, hidden as the instructor chose
-    # (importing it is the program's mistake); None, hidden without anybody's say: a run
-    # that fails reaching for it is not graded (tests/harness/run/unsaid.py)
+    # (importing it is the program's mistake); None, hidden (or, in a platform's grader,
+    # not shipped) without anybody's say: a run that fails reaching for it is not graded
+    # (tests/harness/run/unsaid.py)
     sees_reference: bool | None = None
 
     def resolved(self) -> Grading:
@@ -131,9 +132,10 @@ def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
         env[CONFIG_VAR] = str(g.grading_config)
     unseen = unseen_by_runs(submission, g, root)
     env[contain.HIDE_VAR] = os.pathsep.join(str(p) for p in unseen)
-    reference = (root / "capstone").resolve()
-    env[unsaid.UNSAID_VAR] = str(reference) if g.sees_reference is None and \
-        reference in unseen else ""
+    reference = (root / "capstone").resolve()  # hidden, or not shipped (a platform's grader)
+    env[unsaid.UNSAID_VAR] = str(reference) if g.sees_reference is None else ""
+    if g.sees_reference and reference.is_dir():  # shipped for the runs to import
+        env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
     log = log or results.with_suffix(".log")
     t0 = time.monotonic()
     with open(log, "wb") as out:

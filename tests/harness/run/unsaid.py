@@ -2,13 +2,16 @@
 reaching for one.
 
 The project's reference package (`capstone/`, the lesson's solution) is hidden from a
-grading's runs by default. Some classes build their programs on it as a library (the sample
-class `tests/submissions` does): only the instructor knows which, and says so with
-`grade_class --reference-visible` (it builds on it) or `--reference-hidden` (it must not use
-it). Where nothing was said, a run that fails because it reached for the hidden package
-("No module named 'capstone'" under namespaces, "Permission denied: .../capstone/..." under
-the run user) failed on the grader's set-up, not on the student's program: it is not graded,
-and says what the instructor chooses, never charged to the student.
+grading's runs by default, and a platform's grader (Gradescope's zip, PrairieLearn's image,
+Classroom's template) does not ship it unless told. Some classes build their programs on it
+as a library (the sample class `tests/submissions` does): only the instructor knows which,
+and says so with `--reference-visible` (it builds on it: shipped, and the runs import it)
+or `--reference-hidden` (it must not use it), to grade_class or to a grader's build. Where
+nothing was said, a run that fails because it reached for the package ("No module named
+'capstone'" under namespaces or where it is not shipped, "Permission denied:
+.../capstone/..." under the run user) failed on the grader's set-up, not on the student's
+program: it is not graded, and says what the instructor chooses, never charged to the
+student.
 """
 
 from __future__ import annotations
@@ -53,8 +56,9 @@ def not_graded(first_error: str, folders: list[Path] | None = None) -> str:
     folder = reached(first_error, unsaid_folders() if folders is None else folders)
     if folder is None:
         return ""
-    return (f"this grading hid the project's reference package `{folder.name}` (the lesson's "
-            f"solution) and the run failed reaching for it ({first_error}): nobody said whether "
-            "this class's programs may use it, so this is not your program's fault; the "
-            "instructor regrades with grade_class --reference-visible if the class builds on "
-            "it, or --reference-hidden if it must not")
+    return (f"the run failed reaching for the project's reference package `{folder.name}` "
+            "(the lesson's solution), which this grading's runs do not see unless the "
+            "instructor says: not your program's fault; the instructor grades again with "
+            "--reference-visible if the class builds on it, or --reference-hidden if it must "
+            "not (options of grade_class and of the platforms' grader builds). The run: "
+            f"{first_error}")
