@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.platforms import prairielearn
-from tests.harness.platforms.preflight import SetupError, check_entry, entry_for
+from tests.harness.platforms.preflight import (
+    SetupError,
+    add_reference_options,
+    check_entry,
+    entry_for,
+    said_reference,
+)
 from tests.harness.platforms.session import ROOT, Grading, assignment_seed, grade, graded_modules
 from tests.harness.report.grading import EXERCISE_NAMES, VISIBILITIES, WEIGHTS, exercises_of
 from tests.harness.report.policy import DEFAULT_POLICY, DESCRIBE, POLICIES
@@ -305,17 +311,9 @@ def parse_build_args(argv: list[str], prog: str, description: str, out_help: str
                     help="how an invariant's checks add up to its points: "
                          + "; ".join(f"{k}: {v}" for k, v in DESCRIBE.items())
                          + f" (default {DEFAULT_POLICY})")
-    reference = ap.add_mutually_exclusive_group()
-    reference.add_argument("--reference-visible", action="store_true",
-                           help="ship the project's reference package (capstone/, the "
-                                "lesson's solution) for the runs to import: the class's "
-                                "programs build on it")
-    reference.add_argument("--reference-hidden", action="store_true",
-                           help="the class's programs must not use it: a run that imports it "
-                                "fails as the program's own. With neither, such a run is not "
-                                "graded (nobody said), never charged")
+    add_reference_options(ap, ships=True)
     a = ap.parse_args(argv)
-    a.reference = True if a.reference_visible else False if a.reference_hidden else None
+    a.reference = said_reference(a)
     if platform is not None:
         a.platform = platform
     if not 0.0 <= a.not_checked_credit <= 1.0:

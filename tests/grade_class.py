@@ -46,9 +46,11 @@ from tqdm import tqdm
 from tests.harness.platforms.class_jobs import EXECUTORS, JobResources, run_jobs
 from tests.harness.platforms.preflight import (
     SetupError,
+    add_reference_options,
     check_entry,
     entry_for,
     importers_of,
+    said_reference,
 )
 from tests.harness.platforms.session import ROOT, Grading, assignment_seed
 from tests.harness.report.class_report import (
@@ -179,16 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                          + "; ".join(f"{k}: {v}" for k, v in DESCRIBE.items())
                          + " (default: the grading file's \"policy\", else invariant). "
                          "Changing it rescores a graded class without running it again")
-    reference = ap.add_mutually_exclusive_group()
-    reference.add_argument("--reference-visible", action="store_true",
-                           help="let the runs read the project's reference package (capstone/, "
-                                "the lesson's solution), for a class whose programs build on "
-                                "it, as the sample class tests/submissions does")
-    reference.add_argument("--reference-hidden", action="store_true",
-                           help="hide it, for a class whose programs must not use it: a run "
-                                "that imports it fails as the program's own. With neither, it "
-                                "is hidden, a class importing it is not graded until you say, "
-                                "and a run failing on it is not graded")
+    add_reference_options(ap, ships=False)
     ap.add_argument("--executor", choices=EXECUTORS, default="here",
                     help="here (default): this process; local / slurm: one submitit job per "
                          "submission (a job array on Slurm; needs the [class] extra)")
@@ -208,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(f"--exercises: {e}")
     entry = entry_for(a.entry, a.python)
-    sees_reference = True if a.reference_visible else False if a.reference_hidden else None
+    sees_reference = said_reference(a)
     try:  # the grader's set-up, tried before anyone is graded: never a student's fault
         check_entry(entry, observe=not a.no_observe)
         if sees_reference is None:

@@ -11,6 +11,7 @@ must import torch and numpy and load the suite's observer.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import shutil
@@ -96,3 +97,27 @@ def importers_of(package: str, folders: list[Path], most_bytes: int = 1 << 20) -
 
     return [f for f in folders if not (f / package).is_dir() and not
             (f / f"{package}.py").is_file() and any(imports(p) for p in sorted(f.rglob("*.py")))]
+
+
+def add_reference_options(ap: argparse.ArgumentParser, ships: bool) -> None:
+    """--reference-visible / --reference-hidden: whether the class's programs may use the
+    project's reference package, the instructor's to say (`said_reference` reads it).
+    `ships`: a platform's grader, which then holds the package (grade_class lets the runs
+    see the checkout's)."""
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--reference-visible", action="store_true",
+                       help=("ship" if ships else "let the runs read") + " the project's "
+                            "reference package (capstone/, the lesson's solution) for the "
+                            "runs to import: the class's programs build on it, as the sample "
+                            "class tests/submissions does")
+    group.add_argument("--reference-hidden", action="store_true",
+                       help="the class's programs must not use it: a run that imports it "
+                            "fails as the program's own. With neither, "
+                            + ("" if ships else "a class importing it is not graded until "
+                               "you say, and ") + "a run failing for want of it is not "
+                            "graded (nobody said), never charged")
+
+
+def said_reference(a: argparse.Namespace) -> bool | None:
+    """What the instructor said of the reference: True visible, False hidden, None nothing."""
+    return True if a.reference_visible else False if a.reference_hidden else None
