@@ -52,7 +52,7 @@ from tests.harness.platforms.preflight import (
     importers_of,
     said_reference,
 )
-from tests.harness.platforms.session import ROOT, Grading, assignment_seed
+from tests.harness.platforms.session import Grading, assignment_seed, reference_of
 from tests.harness.report.class_report import (
     rescored,
     write_csv,
@@ -119,7 +119,7 @@ def check_reference(submissions: Path) -> None:
     """Raise SetupError if some submission imports the project's reference package, which
     the runs do not see unless the instructor says: whether the class may build on it is
     the instructor's to say, before anyone is graded."""
-    reference = ROOT / "capstone"
+    reference = reference_of()
     if not reference.is_dir():
         return
     users = importers_of(reference.name, [sub.folder for sub in read_roster(submissions)])

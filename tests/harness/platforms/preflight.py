@@ -89,11 +89,13 @@ def importers_of(package: str, folders: list[Path], most_bytes: int = 1 << 20) -
             tree = ast.parse(path.read_bytes())
         except (OSError, SyntaxError, ValueError):
             return False
-        named = [a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
-                 for a in node.names]
-        named += [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                  and node.level == 0 and node.module]  # level > 0: the program's own
-        return any(n.split(".")[0] == package for n in named)
+        for node in ast.walk(tree):  # level > 0: a relative import, the program's own
+            named = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 \
+                and node.module else []
+            if any(n.split(".")[0] == package for n in named):
+                return True
+        return False
 
     return [f for f in folders if not (f / package).is_dir() and not
             (f / f"{package}.py").is_file() and any(imports(p) for p in sorted(f.rglob("*.py")))]

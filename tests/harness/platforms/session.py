@@ -109,6 +109,12 @@ def _fallback(results: Path, reason: str, elapsed: float) -> dict[str, Any]:
     return data
 
 
+def reference_of(root: Path = ROOT) -> Path:
+    """The project's reference package (the lesson's solution) where the suite at `root`
+    would hold it: absent from a platform's grader built without it."""
+    return (root / "capstone").resolve()
+
+
 def unseen_by_runs(submission: Path, g: Grading, root: Path = ROOT) -> list[Path]:
     """What no run of the grading may see: the folders `g` hides (a class, the outputs) and
     the project's reference, unless the entry runs it; never the submission itself (a
@@ -116,8 +122,8 @@ def unseen_by_runs(submission: Path, g: Grading, root: Path = ROOT) -> list[Path
     .grading/, is hidden)."""
     own = submission.resolve()
     found = [p.resolve() for p in g.hidden]
-    if not g.sees_reference and (root / "capstone").is_dir():
-        found.append((root / "capstone").resolve())
+    if not g.sees_reference and reference_of(root).is_dir():
+        found.append(reference_of(root))
     return [p for p in dict.fromkeys(found) if p != own]
 
 
@@ -132,7 +138,7 @@ def grade(submission: Path, results: Path, g: Grading, log: Path | None = None,
         env[CONFIG_VAR] = str(g.grading_config)
     unseen = unseen_by_runs(submission, g, root)
     env[contain.HIDE_VAR] = os.pathsep.join(str(p) for p in unseen)
-    reference = (root / "capstone").resolve()  # hidden, or not shipped (a platform's grader)
+    reference = reference_of(root)  # hidden, or not shipped (a platform's grader)
     env[unsaid.UNSAID_VAR] = str(reference) if g.sees_reference is None else ""
     if g.sees_reference and reference.is_dir():  # shipped for the runs to import
         env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
