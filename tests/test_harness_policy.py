@@ -4,8 +4,14 @@ drawn over every way a grading's checks can come out."""
 
 from __future__ import annotations
 
+import csv
 import json
+import os
+import tempfile
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import example, given
@@ -21,6 +27,7 @@ from tests.harness.report.grading import (
     per_invariant,
     write_results,
 )
+from tests.harness.report.ledger import decimal_sum, points, units
 from tests.harness.report.policy import INVARIANT, NOT_EARNED, PER_CHECK, apply_policy
 
 # A check comes out passed, failed, not checked (its run did not finish) or skipped.
@@ -49,38 +56,94 @@ def _grade(tmp_path: Any, checks: dict[str, list[str]]) -> dict[str, Any]:
     return write_results(tmp_path / "results.json", collected, outcomes, 1.0)
 
 
-@given(gradings, st.sampled_from([0.0, 0.5, 1.0]))
-@example({"zero1_memory": ["passed"] * 6 + ["failed"]}, 0.0)  # the moments kept whole
-@example({"communication": ["passed", "failed", "not_checked"]}, 1.0)
-def test_a_property_is_never_worth_more_than_its_checks_together(checks, credit):
-    """Under `invariant` a module earns the least any of its checks earned; under
-    `per_check` their mean: never less, equal where the checks agree; the tests' scores
-    add up to the total either way."""
-    tests = []
-    for module, kinds in checks.items():
-        for i, kind in enumerate(kinds):
-            out = _outcome(kind)
-            tests.append({"name": f"tests/test_invariant_{module}.py::test_c[{i}]", "score": 0.0,
-                          "max_score": 0.0 if kind == "skipped" else 10.0 / len(kinds),
-                          **({} if kind == "skipped" else {"status": out["status"]}),
-                          "output": out["output"]})
-    results = {"score": 0.0, "tests": tests}
-    strict, partial = apply_policy(results, INVARIANT, credit), apply_policy(results,
-                                                                            PER_CHECK, credit)
-    assert strict["score"] <= partial["score"] + 1e-9
-    for row in (strict, partial):
-        assert sum(t["score"] for t in row["tests"]) == pytest.approx(row["score"], abs=1e-3)
+def _graded_under(policy: str, credit: float, checks: dict[str, list[str]],
+                  weights: dict[str, float] | None = None) -> dict[str, Any]:
+    """write_results (the function that writes results.json) on a drawn grading, under
+    `policy` and `credit` from a grading file, as an instructor's course sets them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "grading.json"
+        config.write_text(json.dumps({"policy": policy, "not_checked_credit": credit,
+                                      **({"weights": weights} if weights else {})}))
+        with mock.patch.dict(os.environ, {CONFIG_VAR: str(config)}):
+            return _grade(Path(tmp), checks)
+
+
+def _csv_row(results: dict[str, Any]) -> dict[str, str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        write_csv(Path(tmp) / "grades.csv", {"ada": results})
+        with open(Path(tmp) / "grades.csv") as f:
+            return next(csv.DictReader(f))
+
+
+@given(gradings, st.sampled_from([0.0, 0.5, 1.0 / 3, 1.0]),
+       st.dictionaries(st.sampled_from(INVARIANTS),
+                       st.integers(1, 40) | st.sampled_from([1 / 3, 2.5, 7.125])))
+# the issue's case: five passing modules of 6 and 7 checks, whose rounded shares summed to
+# 50.001 (seven tests of 20 points showed 2.8571 each: 19.9997)
+@example({"monotonic_loss": ["passed"] * 6, "equal_rank_norms": ["passed"] * 6,
+          "zero1_memory": ["passed"] * 6, "byte_exact_resume": ["passed"] * 6,
+          "no_deadlock": ["passed"] * 7}, 0.0, {})
+@example({"zero1_memory": ["passed"] * 6 + ["failed"]}, 0.0, {})  # the moments kept whole
+@example({"communication": ["passed", "failed", "not_checked"]}, 1.0, {})
+@example({m: ["passed"] * 7 for m in INVARIANTS}, 1.0 / 3, {"rollback": 1 / 3})
+@example({"communication": ["not_checked", "passed", "skipped"],
+          "rollback": ["skipped"]}, 1.0 / 3, {})
+def test_a_property_is_never_worth_more_than_its_checks_together(checks, credit, weights):
+    """The ledger, through the function that writes results.json: under either policy the
+    tests' max_scores add up to their module's points, their scores to the module's score
+    and to the total, the modules to the total and to the grading's whole, exactly, as the
+    decimals a student adds up (Gradescope's rows, grades.csv's columns); a grading where
+    everything passed is exactly its whole. Under `invariant` a module earns the least any
+    of its checks earned; under `per_check` their mean: never less."""
+    graded = {policy: _graded_under(policy, credit, checks, weights)
+              for policy in (INVARIANT, PER_CHECK)}
+    strict, partial = graded[INVARIANT], graded[PER_CHECK]
+    # the grading's whole (100 with the default weights), to the ledger's unit
+    whole = decimal_sum([points(units(sum(weights.get(m, WEIGHTS[m]) for m in checks)))])
+    for results in (strict, partial):
+        tests = [t for t in results["tests"] if t["max_score"]]
+        assert decimal_sum(t["score"] for t in results["tests"]) == decimal_sum(
+            [results["score"]])
+        rows = per_invariant(results)
+        assert decimal_sum(r["score"] for r in rows.values()) == decimal_sum(
+            [results["score"]])
+        recorded = results["extra_data"]["points"]
+        for module, row in rows.items():
+            mine = [t for t in tests if f"_{module}.py::" in t["name"]]
+            assert decimal_sum(t["max_score"] for t in mine) == decimal_sum(
+                [row["max_score"]]) == decimal_sum([recorded[module]])
+            assert decimal_sum(t["score"] for t in mine) == decimal_sum([row["score"]])
+        if tests:  # skipped modules' points are given back: still out of the whole
+            assert decimal_sum(recorded.values()) == whole
+        if tests and all(t["status"] == "passed" for t in tests):
+            assert results["score"] == float(whole)
+        row = _csv_row(results)
+        assert sum(Decimal(row[m]) for m in rows) == Decimal(row["score"])
+        assert f"# ada: {row['score']} / 100" in feedback("ada", results)
+    assert strict["score"] <= partial["score"]
     for module, kinds in checks.items():
         live = [k for k in kinds if k != "skipped"]
-        mine = [t for t in strict["tests"] if f"_{module}.py::" in t["name"]]
-        earned = sum(t["score"] for t in mine)
+        earned = per_invariant(strict).get(module, {}).get("score", 0.0)
         if "failed" in live:
             assert earned == 0, f"{module} earned {earned} with a failed check"
         elif live and len(set(live)) == 1:
-            assert earned == pytest.approx(sum(t["score"] for t in partial["tests"]
-                                               if f"_{module}.py::" in t["name"]), abs=1e-3)
+            assert earned == per_invariant(partial)[module]["score"]
     # rescoring reads statuses only: back and forth gives the same file
     assert apply_policy(apply_policy(strict, PER_CHECK, credit), INVARIANT, credit) == strict
+    assert apply_policy(strict, PER_CHECK, credit)["score"] == partial["score"]
+
+
+def test_a_real_gradings_results_add_up(tmp_path, monkeypatch):
+    """A grading with a module of 7 checks (20 / 7 points each) and one of 3 (10 / 3):
+    the max_scores show the ledger's shares, not 2.8571 seven times."""
+    monkeypatch.delenv(CONFIG_VAR, raising=False)
+    checks = {m: ["passed"] for m in INVARIANTS}
+    checks["zero1_memory"], checks["monotonic_loss"] = ["passed"] * 7, ["passed"] * 3
+    results = _grade(tmp_path, checks)
+    assert results["score"] == 100
+    shares = sorted(t["max_score"] for t in results["tests"] if "zero1" in t["name"])
+    assert shares == [2.8571] * 4 + [2.8572] * 3
+    assert json.loads((tmp_path / "results.json").read_text())["score"] == 100
 
 
 def test_by_default_one_failed_check_loses_the_whole_module(tmp_path, monkeypatch):
@@ -127,8 +190,6 @@ def test_the_class_reports_say_which_check_and_which_policy(tmp_path, monkeypatc
     assert "communication lost through test_c[1] (1 of 3 checks; the other 2 passed, but " \
            "an invariant's points are earned only when every check of it holds)" in page
     write_csv(tmp_path / "grades.csv", {"ada": whole, "bob": ok})
-    import csv
-
     with open(tmp_path / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     assert rows["ada"]["lost_through"] == "communication: test_c[1]"

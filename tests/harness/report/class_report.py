@@ -20,6 +20,7 @@ from tests.harness.report.grading import (
     read_order,
     root_causes,
 )
+from tests.harness.report.ledger import text, units
 from tests.harness.report.pictures import render
 from tests.harness.report.policy import DESCRIBE, INVARIANT, POLICIES, apply_policy
 from tests.harness.report.roster import Student
@@ -32,7 +33,9 @@ def columns(grades: dict[str, dict[str, Any]]) -> tuple[str, ...]:
 
 
 def _points(x: float) -> str:
-    return f"{x:.4g}"
+    """A figure of a results file as written, every digit of it (the ledger's: the columns
+    of a row add up to its score)."""
+    return text(units(x))
 
 
 def policy_of(results: dict[str, Any]) -> str:
@@ -100,7 +103,7 @@ def feedback(student: str, results: dict[str, Any], pictures: dict[str, str] | N
     if WENT_WRONG in output:  # the Gradescope text's own list: told once, below, on the page
         head, _, rest = output.partition(WENT_WRONG)
         output = head + rest.partition("\n\n")[2]
-    lines = [f"# {student}: {results.get('score', 0):.4g} / 100", "", output, ""]
+    lines = [f"# {student}: {_points(results.get('score', 0))} / 100", "", output, ""]
     causes = root_causes(results)
     if causes:  # the cause first, once: students fix the first thing they read
         lines += ["## What went wrong", ""]

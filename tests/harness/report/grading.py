@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.diagnose.diagnosis import told_once
+from tests.harness.report.ledger import points, scaled, split, units
 from tests.harness.report.policy import (
     DESCRIBE,
     INVARIANT,
@@ -174,10 +175,11 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
     for nodeid, name in collected.items():
         if nodeid not in skipped:
             per_module[name] = per_module.get(name, 0) + 1
-    live = sum(weights[m] for m in per_module)
-    scale = sum(weights[m] for m in set(collected.values())) / live if live else 0.0
+    # each live module's worth in whole units, the skipped modules' given back to them
+    worth = scaled(sum(weights[m] for m in set(collected.values())) if per_module else 0.0,
+                   {m: weights[m] for m in sorted(per_module)})
+    caps = {m: split(u, [1.0] * per_module[m]) for m, u in worth.items()}  # its tests' shares
     tests = []
-    points = {m: weights[m] * scale for m in per_module}  # each live module's, exact
     for nodeid, name in sorted(collected.items()):
         res = outcomes.get(nodeid, {"status": "failed", "output": "did not run to completion"})
         if nodeid in skipped:
@@ -185,8 +187,7 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                           "output": f"not graded: {res.get('output', '')}",
                           "visibility": visibility[name]})
             continue
-        test = {"name": nodeid, "score": 0.0,
-                "max_score": round(points[name] / per_module[name], 4)}
+        test = {"name": nodeid, "score": 0.0, "max_score": points(caps[name].pop(0))}
         if nodeid not in not_graded:  # no status: neither passed nor failed
             test["status"] = "passed" if res["status"] == "passed" else "failed"
         tests.append({**test, "output": res.get("output", ""), "visibility": visibility[name]})
@@ -209,7 +210,8 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                          f"initial parameters are drawn from it) under the grading policy "
                          f"'{policy}': {DESCRIBE[policy]}." + (f"\n{note}" if note else ""),
                "extra_data": {"suite_seed": suite_seed, "not_graded": sorted(not_graded),
-                              "points": points,  # what each graded module is worth here
+                              # what each graded module is worth here (exact: ledger.py)
+                              "points": {m: points(u) for m, u in worth.items()},
                               "not_checked_credit": credit,
                               # what each failed test's picture shows (grade_class draws it)
                               "pictures": {n: o["picture"] for n, o in outcomes.items()
@@ -245,8 +247,8 @@ def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
                                     "first": "", "likely": [], "not_graded": "",
                                     "consequence": True, "checks": 0, "lost": []})
         row["checks"] += 1
-        row["score"] += t.get("score", 0.0)
-        row["max_score"] += t.get("max_score", 0.0)
+        row["score"] = points(units(row["score"]) + units(t.get("score", 0.0)))  # exact sums
+        row["max_score"] = points(units(row["max_score"]) + units(t["max_score"]))
         if str(t.get("output", "")).startswith(NOT_GRADED):
             row["not_graded"] = row["not_graded"] or str(t["output"]).removeprefix(NOT_GRADED)
         elif t.get("status") != "passed":

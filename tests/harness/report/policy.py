@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tests.harness.report.ledger import earned, earned_each, points, split, units
+
 INVARIANT = "invariant"
 PER_CHECK = "per_check"
 POLICIES = (INVARIANT, PER_CHECK)
@@ -94,33 +96,39 @@ def lost_through(tests: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 def apply_policy(results: dict[str, Any], policy: str, credit: float = 0.0) -> dict[str, Any]:
     """`results` (a results.json model) with every test's score and the total recomputed
-    under `policy`; its extra_data names the policy. Each test keeps its max_score (its
-    module's points shared among its checks), so the tests still add up to the total; the
-    modules' points are extra_data's `points` where the grading recorded them (exact), else
-    the sums of their tests' max_score."""
+    under `policy`; its extra_data names the policy. Every figure comes from one ledger of
+    whole units (ledger.py): a module is worth extra_data's `points` where the grading
+    recorded them, else the sum of its tests' max_score; its tests' max_scores are its worth
+    split exactly; under `invariant` the module earns its worth times the least share any
+    of its checks earned, split over its tests the same way, under `per_check` each test its
+    own share. The tests add up to their module and the modules to the total, exactly."""
     policy = checked(policy)
     tests = [dict(t) for t in results.get("tests", [])]
     live = [t for t in tests if t.get("max_score")]  # skipped checks carry no points
-    shares: dict[str, list[float]] = {}
+    modules: dict[str, list[dict[str, Any]]] = {}
     for t in live:
-        shares.setdefault(_module(t), []).append(_share(t, credit))
-    points = results.get("extra_data", {}).get("points") or {}
-    total = 0.0
-    for name, got in shares.items():
-        module = points.get(name, sum(t["max_score"] for t in live
-                                      if _module(t) == name))
-        total += module * (min(got) if policy == INVARIANT else sum(got) / len(got))
+        modules.setdefault(_module(t), []).append(t)
+    recorded = results.get("extra_data", {}).get("points") or {}
     lost = lost_through(live)
-    for t in live:
-        name = _module(t)
-        earned = min(shares[name]) if policy == INVARIANT else _share(t, credit)
-        t["score"] = round(t["max_score"] * earned, 4)
-        output = _strip_note(str(t.get("output", "")))
-        if policy == INVARIANT and t.get("status") == "passed" and earned < 1.0:
-            note = (f"{NOT_EARNED}{name} fails through {', '.join(lost.get(name, []))} "
-                    f"(grading policy '{INVARIANT}': {DESCRIBE[INVARIANT]})")
-            output = f"{note}\n{output}" if output else note
-        t["output"] = output
-    out = dict(results, tests=tests, score=round(total, 4))  # summed before rounding: 100
+    total = 0
+    for name, mine in modules.items():
+        worth = (units(recorded[name]) if name in recorded
+                 else sum(units(t["max_score"]) for t in mine))
+        caps = split(worth, [t["max_score"] for t in mine])
+        shares = [_share(t, credit) for t in mine]
+        if policy == INVARIANT:
+            got = split(earned(worth, min(shares)), caps)
+        else:
+            got = earned_each(caps, shares)
+        for t, cap, score in zip(mine, caps, got, strict=True):
+            t["max_score"], t["score"] = points(cap), points(score)
+            output = _strip_note(str(t.get("output", "")))
+            if policy == INVARIANT and t.get("status") == "passed" and min(shares) < 1.0:
+                note = (f"{NOT_EARNED}{name} fails through {', '.join(lost.get(name, []))} "
+                        f"(grading policy '{INVARIANT}': {DESCRIBE[INVARIANT]})")
+                output = f"{note}\n{output}" if output else note
+            t["output"] = output
+        total += sum(got)
+    out = dict(results, tests=tests, score=points(total))
     out["extra_data"] = {**results.get("extra_data", {}), "policy": policy}
     return out
