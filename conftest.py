@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests import options
+from tests import options, profiles
 from tests.harness.check.checks import Run
 from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
 from tests.harness.diagnose.diagnosis import diagnose
@@ -56,13 +56,26 @@ if _KEPT is not None:  # this process too: for the test modules it has still to 
     bytecode.prune(_KEPT)  # once per session: what earlier sessions' temporary copies left
 
 
+# The Hypothesis profile, loaded before any test module builds its `@settings` on it: by
+# default and in CI derandomized with no database, `CAPSTONE_HYPOTHESIS=explore` to draw
+# afresh from a printed seed (tests/profiles.py, docs/suite.md).
+HYPOTHESIS_PROFILE, HYPOTHESIS_SEED = profiles.load()
+
+
+def pytest_report_header() -> str:
+    return profiles.replay(HYPOTHESIS_PROFILE, HYPOTHESIS_SEED)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """The suite's options, unless the package's plugin already registered them (it loads
     tests/options.py before pytest reads its arguments: capstone/pytest_impl.py)."""
     options.register(parser)
 
 
+@pytest.hookimpl(tryfirst=True)  # before Hypothesis's plugin reads its seed option
 def pytest_configure(config: pytest.Config) -> None:
+    if HYPOTHESIS_SEED is not None and config.getoption("hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = str(HYPOTHESIS_SEED)  # every property test's draws
     box.protect_self()  # if the box runs out, the kernel ends a run, not the suite
     config.pluginmanager.register(SuiteReport(config), "capstone-suite-report")
 

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from tests.harness.check.matrix import EXERCISE_CHECKS, INVARIANT_CHECKS, evaluate
 from tests.harness.observe.violations import summarize
+from tests.profiles import shard_seed
 
 SPACE = Path(__file__).resolve().parent / "styles" / "space.py"
 _SPEC = json.loads(subprocess.run([sys.executable, str(SPACE), "--knobs"], check=True,
@@ -125,10 +126,10 @@ def _drawn_in_shard(shard: int, check: Any) -> Any:
     one-knob changes, each pinned by an `@example`."""
     draws = DRAWS // SHARDS + (shard < DRAWS % SHARDS)  # DRAWS in all, however many shards
 
-    @settings(max_examples=max(1, draws), database=None, deadline=None,
+    @settings(max_examples=max(1, draws),
               phases=tuple(Phase) if draws else (Phase.explicit,),
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-    @seed(shard)
+    @seed(shard_seed(shard))  # its shard's draws; explore mixes in its seed
     @given(style=styles())
     def drawn(style: dict[str, str]) -> None:
         check(style)
@@ -160,7 +161,7 @@ def _pin_each_mistake_in_the_default_style(test: Any) -> Any:
 @pytest.mark.styles
 @pytest.mark.long
 @pytest.mark.timeout(900 + 60 * (PAIRS + len(MISTAKES)))
-@settings(max_examples=PAIRS, derandomize=True, database=None, deadline=None,
+@settings(max_examples=PAIRS,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.function_scoped_fixture])
 @given(pair=st.tuples(styles(), st.sampled_from(sorted(MISTAKES))).filter(
@@ -191,7 +192,7 @@ def test_every_mistake_is_caught_by_its_target_in_every_style(reference_only, ru
 @pytest.mark.styles
 @pytest.mark.long
 @pytest.mark.timeout(900 + 120 * (EXERCISE_DRAWS + 2))
-@settings(max_examples=EXERCISE_DRAWS, derandomize=True, database=None, deadline=None,
+@settings(max_examples=EXERCISE_DRAWS,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.function_scoped_fixture])
 @given(style=styles())
