@@ -32,8 +32,24 @@ EXPLORE = "explore"
 PROFILES = ("default", "ci", EXPLORE)
 
 
+def _without_local_constants() -> None:
+    """Hypothesis seeds its draws with constants it reads from the local modules loaded so
+    far (and caches them under .hypothesis/constants). Which modules a worker has loaded
+    when a property test draws depends on which tests xdist gave it before: the same
+    derandomized test could draw other examples in another order. The suite draws from its
+    strategies alone (a private hook of the pinned Hypothesis, checked for; without it
+    nothing changes and tests/test_profiles.py says so)."""
+    from hypothesis.internal.conjecture import providers
+
+    if hasattr(providers, "_get_local_constants") and hasattr(providers, "_local_constants"):
+        empty = providers._local_constants  # empty until the first draw reads the modules
+        providers._get_local_constants = lambda: empty
+
+
 def register() -> None:
-    """Register the three profiles (Hypothesis's own `default` and `ci` replaced)."""
+    """Register the three profiles (Hypothesis's own `default` and `ci` replaced), each
+    drawing from the strategies alone (no constants of the loaded modules)."""
+    _without_local_constants()
     steady = {"derandomize": True, "database": None, "deadline": None,
               "suppress_health_check": [HealthCheck.too_slow]}
     settings.register_profile("default", **steady)  # type: ignore[arg-type]

@@ -84,3 +84,15 @@ def test_a_session_says_its_profile_and_how_to_replay_an_exploring_one():
         assert found and found[1] == found[2], said
         again = _header({profiles.PROFILE_VAR: "explore", profiles.SEED_VAR: found[1]})
         assert f"seed {found[1]}:" in again
+
+
+def test_draws_do_not_depend_on_the_modules_a_worker_loaded_before():
+    """Hypothesis mixes constants of the loaded local modules into its draws; which are
+    loaded depends on the tests xdist gave a worker before. The suite turns that off: a
+    module loaded between two draws changes nothing, and nothing is cached on disk."""
+    from hypothesis.internal.conjecture import providers
+
+    assert len(providers._get_local_constants()) == 0
+    before = _draws()
+    import tests.harness.report.ledger  # noqa: F401  (a local module, full of constants)
+    assert _draws() == before and len(providers._get_local_constants()) == 0
