@@ -50,6 +50,7 @@ def test_the_zip_holds_what_gradescope_runs(autograder_zip, tmp_path):
     assert subprocess.run(["bash", "-n", "-c", setup]).returncode == 0
 
 
+@pytest.mark.platforms  # a whole grading (seconds): the platforms tier
 @pytest.mark.long
 @pytest.mark.slow
 def test_a_correct_submission_scores_100_with_a_fresh_seed(reference_only, autograder_zip,
@@ -140,6 +141,7 @@ def no_broadcast_model(graded_once):
     return graded_once(SUBMISSIONS / "no_broadcast", suite_seed=0)
 
 
+@pytest.mark.platforms  # a whole grading (seconds): the platforms tier
 @pytest.mark.long
 @pytest.mark.slow
 def test_prairielearn_grades_with_the_same_verdicts_and_points(tmp_path, no_broadcast_model):
@@ -222,6 +224,7 @@ exit_now(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.platforms  # a whole grading (seconds): the platforms tier
 @pytest.mark.long
 @pytest.mark.slow
 def test_a_grader_never_charges_a_class_built_on_the_reference_it_does_not_ship(

@@ -1,8 +1,9 @@
 """The suite inside graders' boxes (cgroups of a grader's size, tests/harness/run/cgbox.py): it
-reads the box it is in, a run the box killed is rerun alone and never charged, a run the box
-kills twice is not graded (and says why), a submission that allocates without bound is still
-charged; and, marked `box` (minutes: `pytest -m box`), the Gradescope autograder in
-Gradescope's default box grades as on a big machine, with and without namespaces.
+reads the box it is in (README's test command); and, marked `box` (minutes: `pytest -m box`,
+the box tier of `.ci/run`): a run the box killed is rerun alone and never charged, a run the
+box kills twice is not graded (and says why), a submission that allocates without bound or
+sleeps in a throttled box is still charged, and the Gradescope autograder in Gradescope's
+default box grades as on a big machine, with and without namespaces.
 
 Each test is skipped, with the reason, where no cgroup box can be made (not root, or a
 read-only cgroup file system, as in most Docker graders themselves)."""
@@ -96,6 +97,7 @@ def test_the_suite_reads_the_box_it_is_in_and_plans_for_it():
     assert 320 <= seen[768][3] < 768 - 250  # a process's cap leaves room for the session
 
 
+@pytest.mark.box  # seconds each, in a box of its own: the box tier
 def test_a_run_the_box_killed_is_rerun_alone_and_not_charged(tmp_path):
     """The first attempt meets a neighbour that fills the box: the kernel OOM-kills a rank
     (runs ask to be its first choice). The rerun, alone, passes and is what counts."""
@@ -122,6 +124,7 @@ def test_a_run_the_box_killed_is_rerun_alone_and_not_charged(tmp_path):
     assert outcome["returncode"] == 0 and not outcome["not_graded"], outcome
 
 
+@pytest.mark.box  # seconds each, in a box of its own: the box tier
 def test_a_run_the_box_kills_twice_is_not_graded_and_says_why(tmp_path):
     with cgbox.CgBox(120) as box:
         outcome = grade_one_run(box, tmp_path, REFERENCE)
@@ -149,6 +152,7 @@ def test_a_kill_in_a_box_beside_this_one_is_not_counted_here():
         assert count() == before
 
 
+@pytest.mark.box  # seconds each, in a box of its own: the box tier
 def test_a_submission_that_allocates_without_bound_is_charged(tmp_path):
     """Its processes are capped below what the box holds: it fails on its own cap
     (MemoryError), the OOM killer never strikes, and nothing is excused or rerun. Where the
@@ -169,6 +173,7 @@ def test_a_submission_that_allocates_without_bound_is_charged(tmp_path):
     assert outcome["earlier"] == [] and outcome["not_graded"] == ""
 
 
+@pytest.mark.box  # seconds each, in a box of its own: the box tier
 @pytest.mark.long
 def test_a_program_that_sleeps_in_a_throttled_box_is_still_charged(tmp_path):
     """Half a CPU throttles everything, but a program that waits forever uses none of it:
@@ -293,6 +298,7 @@ def test_a_mistake_is_graded_in_the_box_as_on_a_big_machine(autograder_zip,
 def test_every_mutant_is_caught_in_gradescopes_default_box(tmp_path):
     with cgbox.CgBox(*GRADESCOPE) as box, open(tmp_path / "log", "w") as out:
         m = box.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                     "-m", "fault",  # the catalogue's tests too (the seeds tier's, elsewhere)
                      str(ROOT / "tests" / "test_fault_mutants.py"), "--basetemp",
                      str(tmp_path / "t")], timeout_s=2400, cwd=ROOT, stdout=out,
                     stderr=subprocess.STDOUT)

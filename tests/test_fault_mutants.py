@@ -1,7 +1,10 @@
 """Wrong compositions of the reference must be caught, each by the invariant it breaks.
 
 Not selected by `-k invariant`. Every mutant runs as a real multi-rank run (see
-tests/mutants/catalogue.py); the unmutated reference must pass every check.
+tests/mutants/catalogue.py); the unmutated reference must pass every check. The catalogue's
+per-mutant tests run in the `seeds` tier (`pytest -m seeds`, `.ci/run`) beside the same
+catalogue under the other assignment seeds (tests/test_matrix_seeds.py), whose seed-0 runs
+they share: README's test command keeps the catalogue's shape and the reference's pass.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def test_catalogue_has_the_required_mutants():
         assert m.hint, f"{m.name} names no hint its feedback must give"
 
 
+@pytest.mark.seeds  # the catalogue's runs: the seeds tier, beside its other seeds
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_is_caught_by_its_target(reference_only, run_cache, record_property, name):
     mutant = MUTANTS[name]
@@ -81,6 +85,7 @@ ALSO_MADE = {"tp_all_heads_halved": {"the input's gradient is not all-reduced in
                                   "exp_avg_sq is held in a storage of"}}
 
 
+@pytest.mark.seeds
 @pytest.mark.parametrize("name", EXERCISE_MUTANTS)
 def test_an_exercise_mutant_is_told_its_own_mistake_and_no_other(reference_only, run_cache,
                                                                   name):

@@ -24,6 +24,7 @@ STUDENTS = {
 }
 
 
+@pytest.mark.platforms  # a whole grading (seconds): the platforms tier
 @pytest.mark.long
 @pytest.mark.slow
 def test_a_class_of_broken_students_is_graded_and_resumed(tmp_path):
@@ -111,6 +112,7 @@ def test_a_gradescope_export_is_read_with_its_students():
             read_roster(Path(d) / "export")
 
 
+@pytest.mark.platforms  # a whole grading (seconds): the platforms tier
 @pytest.mark.long
 @pytest.mark.slow
 def test_an_export_graded_as_submitit_jobs_gives_each_member_the_groups_grade(tmp_path):
@@ -228,6 +230,7 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(contained):
     assert grades["b_secret"]["score"] == 0  # graded as itself, its own bytes its own
 
 
+@pytest.mark.platforms  # a whole grading (seconds): the platforms tier
 @pytest.mark.long
 @pytest.mark.slow
 def test_a_class_built_on_the_hidden_reference_is_never_charged_for_it(contained):
