@@ -30,6 +30,7 @@ from tests.harness.report.grading import (
 from tests.harness.report.ledger import decimal_sum, points, units
 from tests.harness.report.policy import INVARIANT, NOT_EARNED, PER_CHECK, apply_policy
 
+ROOT = Path(__file__).resolve().parents[1]
 # A check comes out passed, failed, not checked (its run did not finish) or skipped.
 OUTCOMES = ("passed", "failed", "not_checked", "skipped")
 
@@ -204,3 +205,29 @@ def test_the_class_reports_say_which_check_and_which_policy(tmp_path, monkeypatc
     assert lenient["score"] == pytest.approx(partial, abs=1e-3)
     assert "communication failed checks: test_c[1] (1 of 3; grading policy 'per_check'" \
         in feedback("ada", lenient)
+
+
+@pytest.mark.slow
+def test_a_real_gradings_results_json_adds_up(graded_once):
+    """A real grading session (the sample class's forgotten broadcast, two invariants lost,
+    modules of several checks each): the results.json it wrote adds up exactly, row by row, as a
+    student adds it up on Gradescope and an instructor in grades.csv, and PrairieLearn's
+    points are the same figures."""
+    from tests.harness.platforms.prairielearn import to_prairielearn
+
+    results = graded_once(ROOT / "tests" / "submissions" / "no_broadcast", suite_seed=0)
+    graded = [t for t in results["tests"] if t["max_score"]]
+    assert {len([t for t in graded if f"_{m}.py::" in t["name"]]) for m in INVARIANTS} - {1}
+    assert decimal_sum(t["max_score"] for t in graded) == 100
+    assert decimal_sum(t["score"] for t in graded) == decimal_sum([results["score"]])
+    rows = per_invariant(results)
+    assert decimal_sum(r["max_score"] for r in rows.values()) == 100
+    for module, row in rows.items():
+        assert decimal_sum([row["max_score"]]) == decimal_sum(
+            [results["extra_data"]["points"][module]]) == decimal_sum([WEIGHTS[module]])
+    csv_row = _csv_row(results)
+    assert sum(Decimal(csv_row[m]) for m in rows) == Decimal(csv_row["score"])
+    assert Decimal(csv_row["score"]) == 100 - WEIGHTS["equal_rank_norms"] - WEIGHTS[
+        "single_process_parity"]
+    pl = to_prairielearn(results)
+    assert decimal_sum(t["points"] for t in pl["tests"]) == decimal_sum([results["score"]])
