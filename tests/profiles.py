@@ -1,7 +1,8 @@
 """The suite's Hypothesis profiles: the same suite on every clone, exploring on request.
 
-conftest.py registers them (`register`) and loads one before any test module is imported,
-so that every `@settings` of the repository inherits it:
+conftest.py registers them and loads one (`load`) in pytest_configure, before any test module
+is imported, so that every `@settings` of the repository inherits it (where Hypothesis's
+pytest plugin is off, as in a grading session, Hypothesis is not even imported):
 
 - `default` (a person's run) and `ci` (CI's, and what Hypothesis would otherwise load by itself
   under CI=true): derandomized (each property test draws the examples its own source
@@ -23,8 +24,6 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import MutableMapping
-
-from hypothesis import HealthCheck, settings
 
 PROFILE_VAR = "CAPSTONE_HYPOTHESIS"  # default, ci or explore
 SEED_VAR = "CAPSTONE_HYPOTHESIS_SEED"  # explore's seed (drawn and exported when not given)
@@ -49,6 +48,8 @@ def _without_local_constants() -> None:
 def register() -> None:
     """Register the three profiles (Hypothesis's own `default` and `ci` replaced), each
     drawing from the strategies alone (no constants of the loaded modules)."""
+    from hypothesis import HealthCheck, settings  # here: a grading session never imports it
+
     _without_local_constants()
     steady = {"derandomize": True, "database": None, "deadline": None,
               "suppress_health_check": [HealthCheck.too_slow]}
@@ -84,6 +85,8 @@ def explore_seed(env: MutableMapping[str, str]) -> int | None:
 
 def load(env: MutableMapping[str, str] = os.environ) -> tuple[str, int | None]:
     """Register and load the profile `env` asks for; its name and explore's seed."""
+    from hypothesis import settings
+
     register()
     name = chosen(env)
     settings.load_profile(name)
