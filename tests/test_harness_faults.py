@@ -9,7 +9,12 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.harness.check.fault_checks import FLAG_HINT, check_fault_took_effect, check_nemesis
+from tests.harness.check.fault_checks import (
+    FLAG_HINT,
+    check_fault_took_effect,
+    check_nemesis,
+    fault_unseen,
+)
 from tests.harness.diagnose.diagnosis import diagnose
 from tests.harness.observe.traces import Call
 from tests.test_harness_observe import observed_run, rank_trace
@@ -90,3 +95,41 @@ def test_the_suites_own_nan_is_confirmed_where_it_was_drawn():
     assert check_nemesis(run, 5, 2) == []
     [v] = check_nemesis(_run("nan", 5, CLEAN[:3]), 5, 1)
     assert "it reached step 3" in v.message and v.found == "never made"
+
+
+@given(kind=st.sampled_from(["nan", "spike"]), step=st.integers(3, 6),
+       hidden=st.sampled_from(["no_calls", "flight_recorder_only", "before_the_step",
+                               "clock_stopped"]))
+def test_no_accusation_where_the_suite_saw_none_of_the_numbers(kind, step, hidden):
+    """Finding 1 of issue 61: a correct program whose reductions are ProcessGroup methods or
+    functional collectives (unseen at the Python level) was told its guard read the flag.
+    Where the observer saw no data-carrying call after the fault step's backward (for a NaN)
+    or not that step's loss (its step clock stopped: no collective to advance it), the check
+    charges nothing and says what it could not see; the same rollback with the numbers
+    seen is still the flag."""
+    losses, steps = list(CLEAN), None
+    if hidden == "clock_stopped":  # every backward after the first counted as step 2
+        steps = [1] + [2] * (len(CLEAN) - 1)
+    calls: list[Call] = []
+    if hidden == "flight_recorder_only":
+        calls = [_guard_call([v, 0.5]) for v in CLEAN]
+        for c in calls:
+            c.source = "flight-recorder"
+    elif hidden == "before_the_step":
+        calls = [_guard_call([1.0, 0.5])]  # issued at t0 = 0, before every backward below
+    run = _run(kind, step, losses, calls, steps=steps)
+    for p in run.observed.processes:
+        p.backwards = [10 * (i + 1) for i in range(len(losses))]
+    if kind == "spike" and hidden != "clock_stopped":
+        return  # a spike shows in the loss, which the observer reads at every backward
+    assert check_fault_took_effect(run, kind, step) == []
+    why = fault_unseen(run, kind, step)
+    assert why is not None and why.startswith(f"the suite could not see whether the {kind}@")
+    assert "not seen yet" in why and FLAG_HINT not in why
+    # the same run with its reductions seen after each backward: the flag, as before
+    seen = _run(kind, step, losses, [_guard_call([v, 0.5]) for v in CLEAN])
+    for p in seen.observed.processes:
+        p.backwards = [0] * len(losses)
+    assert fault_unseen(seen, kind, step) is None
+    [v] = check_fault_took_effect(seen, kind, step)
+    assert v.message.endswith(FLAG_HINT)

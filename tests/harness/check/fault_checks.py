@@ -10,7 +10,10 @@
   must have met the fault in its numbers: a NaN in a gradient, a reduction or a loss for
   `nan`; for `spike`, a loss (or another number the ranks reduce, a guard's loss and norm)
   more than twice what it was the step before. A guard that reads the flag logs the same
-  rollback and replays the same steps, and meets neither.
+  rollback and replays the same steps, and meets neither. The charge needs evidence
+  (`fault_unseen`): the observer must have seen the numbers the fault would show in (a
+  data-carrying call after the fault step's backward, or that step's loss); where it saw
+  none, the check is not graded, never an accusation.
 """
 
 from __future__ import annotations
@@ -85,6 +88,50 @@ def _spiked(p: ProcessTrace) -> bool:
     return any(_jumps(series) for series in by_site.values())
 
 
+# Calls that carry no numbers of the step (a NaN in a gradient could not show in them).
+_NO_NUMBERS = ("barrier", "monitored_barrier", "wait", "all_gather_object",
+               "broadcast_object_list", "gather_object", "scatter_object_list")
+
+
+def _numbers_seen_after(p: ProcessTrace, kind: str, step: int) -> bool:
+    """Whether the observer saw, on this rank, the numbers through which the announced
+    fault of `step` had to pass: for a NaN in the local gradients, a call of its own carrying
+    data (a reduction, a gather, a send), read at the Python level, after that step's
+    backward pass; for a spike, the loss of that step (read at its backward)."""
+    at = [i for i, (s, _) in enumerate(p.losses) if s == step]
+    if not at:  # the observer's step clock never reached it: nothing of it was seen
+        return False
+    if kind == "spike":
+        return True
+    started = p.backwards[at[0]] if at[0] < len(p.backwards) else None
+    return started is not None and any(
+        c.source == "python" and c.op not in _NO_NUMBERS and c.t0 >= started for c in p.calls)
+
+
+def fault_unseen(run: Run, kind: str, step: int) -> str | None:
+    """Why the suite cannot tell whether the announced `kind@step` fault happened in the
+    ranks' numbers (it saw none of the numbers it would show in), or None where it saw them.
+    A program whose reductions torch's Python functions do not make (ProcessGroup methods,
+    functional collectives) is then not graded on it, never told it read the flag."""
+    obs = run.observed
+    if obs is None:
+        return None
+    ranks = obs.trainers()
+    if any(_numbers_seen_after(p, kind, step) for p in ranks.values()):
+        return None
+    reached = max((s for p in ranks.values() for s, _ in p.losses), default=0)
+    python = sum(c.source == "python" for p in ranks.values() for c in p.calls)
+    what = ("no rank's collective carrying data after its backward pass of that step"
+            if kind == "nan" else "no rank's loss of that step")
+    return (f"the suite could not see whether the {kind}@{step} fault reached the ranks' "
+            f"numbers: it observed {what} (its step clock reached step {reached}; "
+            f"{python} collective call(s) seen through torch.distributed's functions in all). "
+            "The observer sees collectives made by torch.distributed's functions; calls "
+            "made another way (ProcessGroup methods, functional collectives) are not seen "
+            "yet. The instructor reviews this run by hand (its timeline) or regrades once "
+            "the observer sees them")
+
+
 def check_fault_took_effect(run: Run, kind: str, step: int) -> list[Violation]:
     """The announced fault shows in the ranks' numbers wherever the run logs its rollback."""
     obs, problems = observation_of(run, INV)
@@ -104,8 +151,8 @@ def check_fault_took_effect(run: Run, kind: str, step: int) -> list[Violation]:
     ranks = obs.trainers().values()
     seen = any(_non_finite(p) for p in ranks) if kind == "nan" else \
         any(_spiked(p) for p in ranks)
-    if seen:
-        return []
+    if seen or fault_unseen(run, kind, step) is not None:
+        return []  # seen; or nothing seen to accuse on (the test says it is not graded)
     at = rolled[0].get("step", step)
     losses = [v for s, v in (next(iter(ranks)).losses if ranks else []) if s == at]
     there = f"the loss rank 0 computed there was {losses[-1]:.4g}, as in the clean run" \
