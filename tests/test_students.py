@@ -83,3 +83,27 @@ def test_an_independent_mistake_is_caught_and_named(reference_only, run_cache, m
         assert found[target], f"{mistake} was not caught by {target}"
     hints = [h for t in targets for h in diagnose(t, found[t])]
     assert any(hint in h for h in hints), f"{mistake}: {hint!r} not in {hints}"
+
+
+def test_a_guard_whose_reductions_the_suite_cannot_see_is_never_told_it_read_the_flag(
+        reference_only, run_cache):
+    """zero1.py's `pg_methods` style (issue 61, finding 1): the same program with every
+    collective made by the default ProcessGroup's methods, which torch.distributed's
+    wrapped functions never see. Its guard reads the numbers and rolls the announced NaN
+    back exactly as the functions' style does; the suite, seeing no reduction after the
+    fault step's backward, charges nothing and says what it could not see, where it used to
+    say the guard read the flag. The same style with its reductions seen is judged on them."""
+    from tests.harness.check.fault_checks import FLAG_HINT, check_fault_took_effect, fault_unseen
+    from tests.harness.run.runs import fault_step, faulted
+
+    step = fault_step("nan", run_cache.seed)
+    hidden = run_cache.get(student("pg_methods"), faulted("nan", step))
+    seen = run_cache.get(student(), faulted("nan", step))
+    rolled = [e for e in hidden.parsed.events[0] if e.get("event") == "rollback"]
+    assert rolled and rolled[0]["reason"] == "nan", hidden.outcome.reason()
+    assert hidden.parsed.records[0][20] == seen.parsed.records[0][20]  # the same training
+    assert check_fault_took_effect(hidden, "nan", step) == []
+    why = fault_unseen(hidden, "nan", step)
+    assert why is not None and "could not see" in why and FLAG_HINT not in why
+    assert fault_unseen(seen, "nan", step) is None and check_fault_took_effect(
+        seen, "nan", step) == []

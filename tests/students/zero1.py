@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -29,8 +30,10 @@ import torch.nn.functional as F
 MISTAKES = ("whole_batch", "whole_batch_no_reduction", "allreduce_then_slice",
             "grads_never_cleared")
 # Correct variants, another way to write the same thing: `flat_state` keeps the master and
-# both moments as views of one flat buffer of 3S elements (one allocation, one storage).
-STYLES = ("flat_state",)
+# both moments as views of one flat buffer of 3S elements (one allocation, one storage);
+# `pg_methods` makes every collective through the default ProcessGroup object's own methods
+# (`pg.allreduce([t]).wait()`, `pg._reduce_scatter_base(...)`), as low-level examples do.
+STYLES = ("flat_state", "pg_methods")
 V, T, C, H, L = 64, 16, 32, 4, 2  # vocabulary, context, width, heads, blocks
 
 
@@ -68,15 +71,44 @@ def forward(w: dict[str, torch.Tensor], idx: torch.Tensor, targets: torch.Tensor
     return -logp.gather(-1, targets.unsqueeze(-1)).mean()
 
 
+class ByProcessGroup:
+    """The `pg_methods` style: torch.distributed's functions' names, each made by a method of
+    the default process group and waited on, never by the function itself."""
+
+    def __init__(self) -> None:
+        self.pg = dist.distributed_c10d._get_default_group()
+
+    def barrier(self) -> None:
+        self.pg.barrier().wait()
+
+    def broadcast(self, t: torch.Tensor, src: int) -> None:
+        self.pg.broadcast(t, src).wait()
+
+    def all_reduce(self, t: torch.Tensor) -> None:
+        self.pg.allreduce([t]).wait()
+
+    def reduce_scatter_tensor(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+        self.pg._reduce_scatter_base(out, inp).wait()
+
+    def all_gather_into_tensor(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+        self.pg._allgather_base(out, inp).wait()
+
+    def all_gather(self, outs: list[torch.Tensor], t: torch.Tensor) -> None:
+        self.pg.allgather([outs], [t]).wait()
+
+
+coll: Any = dist  # what makes the collectives: torch.distributed, or ByProcessGroup
+
+
 def save_checkpoint(out: Path, step: int, rank: int, n: int, P: int,
                     state: dict[str, object]) -> None:
     tmp = out / "checkpoints" / f".step-{step:06d}"
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    dist.barrier()
+    coll.barrier()
     torch.save(state, tmp / f"rank-{rank}.pt")
-    dist.barrier()
+    coll.barrier()
     if rank == 0:
         shards = [{"rank": r, "file": f"rank-{r}.pt",
                    "sha256": hashlib.sha256((tmp / f"rank-{r}.pt").read_bytes()).hexdigest(),
@@ -84,7 +116,7 @@ def save_checkpoint(out: Path, step: int, rank: int, n: int, P: int,
         (tmp / "manifest.json").write_text(json.dumps(
             {"contract": 1, "step": step, "world_size": n, "n_params": P, "shards": shards}))
         tmp.rename(out / "checkpoints" / f"step-{step:06d}")
-    dist.barrier()
+    coll.barrier()
 
 
 def train(rank: int, a: argparse.Namespace) -> None:
@@ -92,13 +124,15 @@ def train(rank: int, a: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{a.out}/.rendezvous", rank=rank,
                             world_size=n)
+    global coll
+    coll = ByProcessGroup() if a.mistake == "pg_methods" else dist
     w = init_weights(a.seed * 1000 + rank)  # every rank draws its own; rank 0's are broadcast
     names = list(w)
     P = sum(t.numel() for t in w.values())
     S = math.ceil(P / n)
     flat = torch.zeros(S * n)
     flat[:P].copy_(torch.cat([w[k].reshape(-1) for k in names]))
-    dist.broadcast(flat, src=0)
+    coll.broadcast(flat, src=0)
     g = torch.Generator().manual_seed(a.seed)  # rows count up from a random token by 1..3
     first = torch.randint(0, V, (n * B, 1), generator=g)
     stride = torch.randint(1, 4, (n * B, 1), generator=g)
@@ -132,7 +166,7 @@ def train(rank: int, a: argparse.Namespace) -> None:
         shard = torch.load(Path(a.resume) / f"rank-{rank}.pt", weights_only=True)
         start = json.loads((Path(a.resume) / "manifest.json").read_text())["step"]
         load(shard)
-        dist.all_gather_into_tensor(flat, master.detach())
+        coll.all_gather_into_tensor(flat, master.detach())
 
     params = {}
 
@@ -174,15 +208,15 @@ def train(rank: int, a: argparse.Namespace) -> None:
         shard_grad = torch.empty(S)
         if a.mistake == "allreduce_then_slice":
             full = grads.clone()
-            dist.all_reduce(full)
+            coll.all_reduce(full)
             shard_grad = full[rank * S:(rank + 1) * S] / n
         elif a.mistake == "whole_batch_no_reduction":
             shard_grad = grads[rank * S:(rank + 1) * S].clone()
         else:
-            dist.reduce_scatter_tensor(shard_grad, grads.clone())
+            coll.reduce_scatter_tensor(shard_grad, grads.clone())
             shard_grad /= n
         stats = torch.stack([loss.detach().double(), shard_grad.double().square().sum()])
-        dist.all_reduce(stats)
+        coll.all_reduce(stats)
         mean_loss, grad_norm = float(stats[0] / n), float(stats[1].sqrt())
         bad = not math.isfinite(mean_loss) or not math.isfinite(grad_norm) or (
             prev_loss is not None and mean_loss > 2 * prev_loss)
@@ -194,7 +228,7 @@ def train(rank: int, a: argparse.Namespace) -> None:
             shard = torch.load(done[-1] / f"rank-{rank}.pt", weights_only=True)
             back = json.loads((done[-1] / "manifest.json").read_text())["step"]
             load(shard)
-            dist.all_gather_into_tensor(flat, master.detach())
+            coll.all_gather_into_tensor(flat, master.detach())
             unflatten()
             log({"event": "rollback", "rank": rank, "step": step, "to_step": back,
                  "reason": "nan" if not math.isfinite(grad_norm) else "spike"})
@@ -206,7 +240,7 @@ def train(rank: int, a: argparse.Namespace) -> None:
             fired = True
         opt.step()
         opt.param_groups[0]["lr"] = 0.01
-        dist.all_gather(list(flat.split(S)), master.detach())  # the tutorials' list form
+        coll.all_gather(list(flat.split(S)), master.detach())  # the tutorials' list form
         unflatten()
         prev_loss, rollbacks = mean_loss, 0
         log({"step": step, "rank": rank, "world_size": n, "param_norm": pnorm(),
