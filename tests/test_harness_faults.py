@@ -133,3 +133,19 @@ def test_no_accusation_where_the_suite_saw_none_of_the_numbers(kind, step, hidde
     assert fault_unseen(seen, kind, step) is None
     [v] = check_fault_took_effect(seen, kind, step)
     assert v.message.endswith(FLAG_HINT)
+
+
+def test_a_plan_socket_path_too_long_is_told_with_what_to_do(tmp_path):
+    """An xdist worker's temporary root nested one level deeper made the in-box catalogue's
+    plan sockets fail with the kernel's bare "AF_UNIX path too long"."""
+    import pytest
+
+    from tests.harness.run.plan import PlanServer
+
+    deep = tmp_path / ("d" * 110)
+    deep.mkdir()
+    with pytest.raises(OSError, match=r"over the 107 a Unix socket's path may have: give the "
+                                      r"session a shorter temporary root"):
+        PlanServer(deep, "nan@3:1")
+    served = PlanServer(tmp_path, "nan@3:1")
+    served.close()

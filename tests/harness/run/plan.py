@@ -25,6 +25,7 @@ SOCKET_VAR = "CAPSTONE_NEMESIS_SOCK"
 SUITE_SEED_VAR = "CAPSTONE_SUITE_SEED"
 FAULT_SEED_VAR = "CAPSTONE_FAULT_SEED"
 SEED_VARS = (SUITE_SEED_VAR, FAULT_SEED_VAR)
+_SUN_PATH_MAX = 107  # sockaddr_un's sun_path: 108 bytes with its terminating NUL
 
 
 class PlanServer:
@@ -32,6 +33,11 @@ class PlanServer:
 
     def __init__(self, directory: Path, plan: str) -> None:
         self.path = directory / "plan.sock"
+        if len(bytes(self.path)) > _SUN_PATH_MAX:  # the kernel's "AF_UNIX path too long"
+            raise OSError(f"the fault plan's socket {self.path} is {len(bytes(self.path))} "
+                          f"bytes, over the {_SUN_PATH_MAX} a Unix socket's path may have: "
+                          "give the session a shorter temporary root (pytest --basetemp "
+                          "/tmp/NAME, or a shorter TMPDIR)")
         self.path.unlink(missing_ok=True)
         self.plan = plan.encode()
         self.served: set[int] = set()
