@@ -88,7 +88,7 @@ class ByProcessGroup:
         self.pg.allreduce([t]).wait()
 
     def reduce_scatter_tensor(self, out: torch.Tensor, inp: torch.Tensor) -> None:
-        self.pg._reduce_scatter_base(out, inp).wait()
+        self.pg._reduce_scatter_base(out, inp, dist.ReduceScatterOptions()).wait()
 
     def all_gather_into_tensor(self, out: torch.Tensor, inp: torch.Tensor) -> None:
         self.pg._allgather_base(out, inp).wait()
