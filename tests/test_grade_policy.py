@@ -37,6 +37,9 @@ LESSON_POINT = {
     "single_process": 80,  # one process did the work behind a fake process group
 }
 FORGOTTEN_BROADCAST = "no_broadcast"
+# Mutants whose ranks the observer cannot see (one process does the work of all): the
+# announced fault's check is not graded for them, having nothing to accuse on.
+UNSEEN = {"single_process"}
 # The invariant a target check is graded under (rank_killed is a test of the rollback module).
 MODULE = {"rank_killed": "rollback"}
 
@@ -88,8 +91,13 @@ def test_every_mistake_loses_its_target_module_whole(shared_tmp, record_property
     for target in MUTANTS[name].targets:
         row = rows[MODULE.get(target, target)]
         assert not row["passed"] and row["score"] == 0 and row["lost"], (target, row)
-    # What the student reads: the mutant's hint, and never the suite's own error
+    # What the student reads: the mutant's hint, and never the suite's own error. Not graded
+    # only where the suite saw none of what a check would accuse on (issue 61: one process
+    # behind a fake process group has no rank whose numbers it saw), never as a charge.
     said = "\n".join(str(t.get("output", "")) for t in results["tests"])
     assert MUTANTS[name].hint in said, (name, MUTANTS[name].hint, said[:2000])
-    assert not [t["name"] for t in results["tests"]
-                if str(t.get("output", "")).startswith(NOT_GRADED)], said[:2000]
+    spoiled = {t["name"]: str(t["output"]) for t in results["tests"]
+               if str(t.get("output", "")).startswith(NOT_GRADED)}
+    unseen = {n for n, out in spoiled.items()
+              if out.startswith(f"{NOT_GRADED}the suite could not see whether")}
+    assert set(spoiled) == unseen and (not unseen or name in UNSEEN), said[:2000]
