@@ -20,10 +20,9 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's own out
-from procfs import live_processes
+from procfs import lingering, live_processes
 
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
@@ -121,12 +120,7 @@ def main() -> int:
         print(f"cannot start {argv[0]!r}: {e}", file=sys.stderr)
         return 127
     rc = child.wait()
-    deadline = time.monotonic() + args.grace
-    left = others()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = others()
-    report["survivors"] = left
+    report["survivors"] = lingering(others, args.grace)
     with open(args.report, "w") as f:  # the run's directory, bound in again (or never moved)
         json.dump(report, f)
     return rc if rc >= 0 else 128 - rc

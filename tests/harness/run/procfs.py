@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+SECOND_LOOK_S = 0.01  # a fork takes well under this: a second look sees the child it made
 
 
 def live_processes(*files: str) -> Iterator[tuple[int, list[bytes]]]:
@@ -23,3 +27,22 @@ def live_processes(*files: str) -> Iterator[tuple[int, list[bytes]]]:
         except (OSError, IndexError):
             continue
         yield int(entry), contents
+
+
+def lingering(find: Callable[[], list[Any]], grace_s: float) -> list[Any]:
+    """What `find` (a scan of /proc) still finds `grace_s` after a run's command ended: a
+    helper still exiting, such as multiprocessing's resource tracker, is not a survivor. A
+    scan that finds nothing looks once more: a process that forks while /proc is read is
+    listed, then gone (a zombie) by the time it is read, its child born after the listing
+    (a double fork's escape passed for clean 1 time in 5 under load)."""
+    deadline = time.monotonic() + grace_s
+    left, empty_looks = find(), 0
+    while True:
+        if left and time.monotonic() >= deadline:
+            return left
+        if not left:
+            empty_looks += 1
+            if empty_looks == 2:
+                return left
+        time.sleep(0.05 if left else SECOND_LOOK_S)
+        left = find()

@@ -51,7 +51,7 @@ from tests.harness.observe.traces import (
 )
 from tests.harness.run import box, bytecode, contain, plan, stress, unsaid, unseen, warm
 from tests.harness.run.contain import GRACE_S  # by name: Watch's field `contain` hides the module
-from tests.harness.run.procfs import live_processes
+from tests.harness.run.procfs import lingering, live_processes
 
 TOKEN_VAR = "CAPSTONE_SUITE_RUN"
 SESSION_VAR = "CAPSTONE_SUITE_SESSION"  # set per pytest session, inherited by xdist workers
@@ -327,12 +327,7 @@ def _wait_for_end(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
 def _lingering(find: Callable[[], list[int]], grace_s: float) -> list[int]:
     """What `find` still finds `grace_s` after the run ended: a helper still exiting, such as
     multiprocessing's resource tracker, is not a survivor."""
-    deadline = time.monotonic() + grace_s
-    left = find()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = find()
-    return left
+    return lingering(find, grace_s)
 
 
 def _signal_stacks(pids: list[int], leader: int, observe_dir: Path,
