@@ -31,6 +31,8 @@ def _run(kind: str, step: int, losses: list[float], calls: list[Call] | None = N
         p.grads_finite = [(s, grads_ok or s != step) for s in range(1, len(losses) + 1)]
         procs.append(p)
     run = observed_run(procs, 4, len(losses))
+    for p in procs:  # the step each backward recorded
+        p.backward_steps = [s for s, _ in p.losses]
     if rolled:
         for r in range(4):
             run.parsed.events[r] = [{"event": "rollback", "rank": r, "step": step,
@@ -133,6 +135,10 @@ def test_no_accusation_where_the_suite_saw_none_of_the_numbers(kind, step, hidde
     assert fault_unseen(seen, kind, step) is None
     [v] = check_fault_took_effect(seen, kind, step)
     assert v.message.endswith(FLAG_HINT)
+    if kind == "nan":  # a NaN's evidence is the calls after the step's backward, located by
+        for p in seen.observed.processes:  # the step it recorded, not by its losses (a loss
+            p.losses = []                   # the observer could not read records none)
+        assert fault_unseen(seen, kind, step) is None
 
 
 def test_a_plan_socket_path_too_long_is_told_with_what_to_do(tmp_path):

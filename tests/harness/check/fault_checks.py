@@ -98,14 +98,16 @@ def _numbers_seen_after(p: ProcessTrace, kind: str, step: int) -> bool:
     fault of `step` had to pass: for a NaN in the local gradients, a call of its own carrying
     data (a reduction, a gather, a send), read at the Python level, after that step's
     backward pass; for a spike, the loss of that step (read at its backward)."""
-    at = [i for i, (s, _) in enumerate(p.losses) if s == step]
-    if not at:  # the observer's step clock never reached it: nothing of it was seen
-        return False
     if kind == "spike":
-        return True
-    started = p.backwards[at[0]] if at[0] < len(p.backwards) else None
-    return started is not None and any(
-        c.source == "python" and c.op not in _NO_NUMBERS and c.t0 >= started for c in p.calls)
+        return any(s == step for s, _ in p.losses)
+    # the step's first backward, by the step each backward recorded (not by the losses: a
+    # backward whose loss the observer could not read records none)
+    started = next((t for t, s in zip(p.backwards, p.backward_steps, strict=False)
+                    if s == step), None)
+    if started is None:  # the observer's step clock never reached it: nothing of it seen
+        return False
+    return any(c.source == "python" and c.op not in _NO_NUMBERS and c.t0 >= started
+               for c in p.calls)
 
 
 def fault_unseen(run: Run, kind: str, step: int) -> str | None:

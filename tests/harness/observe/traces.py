@@ -90,6 +90,7 @@ class ProcessTrace:
     calls: list[Call] = field(default_factory=list)
     flight_recorder: list[dict[str, Any]] | None = None
     backwards: list[int] = field(default_factory=list)  # start times, ns
+    backward_steps: list[int] = field(default_factory=list)  # per backward: its step
     work: list[dict[str, int]] = field(default_factory=list)  # per backward: tokens, rows
     leaf_elements: list[int] = field(default_factory=list)  # per backward: what it reached
     # The first backward's 2-D leaves: shape, a checksum per row and per column
@@ -258,6 +259,7 @@ class TraceFile:
             trace.flight_recorder = list(rec["entries"])
         elif ev == "bw":
             trace.backwards.append(int(rec.get("t", 0)))
+            trace.backward_steps.append(int(rec.get("step", 0)))
             trace.work.append({k: int(rec[k]) for k in ("tokens", "rows", "token_crc")
                                if k in rec})
             if rec.get("leaves") and not trace.leaves:
