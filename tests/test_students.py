@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,25 +86,28 @@ def test_an_independent_mistake_is_caught_and_named(reference_only, run_cache, m
     assert any(hint in h for h in hints), f"{mistake}: {hint!r} not in {hints}"
 
 
-def test_a_guard_whose_reductions_the_suite_cannot_see_is_never_told_it_read_the_flag(
+def test_a_program_whose_collectives_are_process_group_methods_is_seen_as_any_other(
         reference_only, run_cache):
     """zero1.py's `pg_methods` style (issue 61, finding 1): the same program with every
-    collective made by the default ProcessGroup's methods, which torch.distributed's
-    wrapped functions never see. Its guard reads the numbers and rolls the announced NaN
-    back exactly as the functions' style does; the suite, seeing no reduction after the
-    fault step's backward, charges nothing and says what it could not see, where it used to
-    say the guard read the flag. The same style with its reductions seen is judged on them."""
-    from tests.harness.check.fault_checks import FLAG_HINT, check_fault_took_effect, fault_unseen
-    from tests.harness.run.runs import fault_step, faulted
+    collective made by the default ProcessGroup's methods, which torch.distributed's wrapped
+    functions never see. The observer sees them at the dispatcher: the same reductions, the
+    same step clock, and the announced NaN seen in the numbers the guard reduces, so its
+    rollback is judged on them as the functions' style's is (it used to be told it read the
+    flag, then "not graded")."""
+    from tests.harness.check.fault_checks import check_fault_took_effect, fault_unseen
+    from tests.harness.check.observed_checks import check_zero_traffic
+    from tests.harness.run.runs import BASE, fault_step, faulted
 
     step = fault_step("nan", run_cache.seed)
-    hidden = run_cache.get(student("pg_methods"), faulted("nan", step))
-    seen = run_cache.get(student(), faulted("nan", step))
-    rolled = [e for e in hidden.parsed.events[0] if e.get("event") == "rollback"]
-    assert rolled and rolled[0]["reason"] == "nan", hidden.outcome.reason()
-    assert hidden.parsed.records[0][20] == seen.parsed.records[0][20]  # the same training
-    assert check_fault_took_effect(hidden, "nan", step) == []
-    why = fault_unseen(hidden, "nan", step)
-    assert why is not None and "could not see" in why and FLAG_HINT not in why
-    assert fault_unseen(seen, "nan", step) is None and check_fault_took_effect(
-        seen, "nan", step) == []
+    methods = run_cache.get(student("pg_methods"), faulted("nan", step))
+    functions = run_cache.get(student(), faulted("nan", step))
+    rolled = [e for e in methods.parsed.events[0] if e.get("event") == "rollback"]
+    assert rolled and rolled[0]["reason"] == "nan", methods.outcome.reason()
+    assert methods.parsed.records[0][20] == functions.parsed.records[0][20]  # same training
+    assert fault_unseen(methods, "nan", step) is None
+    assert check_fault_took_effect(methods, "nan", step) == []
+    def ops(run: Any) -> list[list[str]]:
+        return [[c.op for c in p.collectives()] for p in run.observed.ranks().values()]
+    assert ops(methods) == ops(functions)
+    clean = run_cache.get(student("pg_methods"), BASE)
+    assert check_zero_traffic(clean) == []

@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # typing is not imported at run time: this file loads in ever
     from typing import Any
 
 _DIR = os.environ.get("CAPSTONE_OBSERVE_DIR")
+_HERE = os.path.dirname(__file__)  # the observer's modules: no call site of the program's
 
 # Collective and point-to-point functions of torch.distributed that the observer wraps.
 _OPS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
@@ -172,54 +173,76 @@ class _Observer:
             if callable(fn):
                 setattr(mod, name, wrap(fn))
 
-    def _outer(self) -> bool:
+    def outer(self) -> bool:
+        """Not inside a call the observer records (torch calling itself)."""
         return getattr(self.local, "depth", 0) == 0
 
     def _collective(self, op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         import functools
-        import time
 
         signature: list[Any] = []  # inspect.signature(fn), computed at the first call
 
         @functools.wraps(fn)
         def observed(*args: Any, **kwargs: Any) -> Any:
-            if not self._outer():
+            if not self.outer():
                 return fn(*args, **kwargs)  # torch calling itself (e.g. a deprecated alias)
-            self.local.depth = 1
             try:
-                self.calls += 1
-                self.calls_since_backward += 1
-                index = self.calls
-                try:
-                    if not signature:
-                        import inspect
+                if not signature:
+                    import inspect
 
-                        signature.append(inspect.signature(fn))
-                    bound = signature[0].bind_partial(*args, **kwargs).arguments
-                    record = _calls.describe(op, bound)
+                    signature.append(inspect.signature(fn))
+                bound = signature[0].bind_partial(*args, **kwargs).arguments
+            except Exception as e:  # never let the observer break the call
+                bound, error = None, {"describe_error": repr(e)[:200]}
+            record: dict[str, Any] = {} if bound is not None else error
+            result = self.observe_call(op, bound, lambda: fn(*args, **kwargs), record)
+            if op == "recv" or op == "irecv":
+                self.received([args[0] if args else kwargs.get("tensor")])
+            elif op == "batch_isend_irecv":
+                ops = args[0] if args else kwargs.get("p2p_op_list") or []
+                self.received([o.tensor for o in ops if getattr(o.op, "__name__", "") == "irecv"])
+            if (record.get("async") or op == "batch_isend_irecv") and result is not None:
+                result = self._awaited(result, op, record)
+            return result
+        return observed
+
+    def observe_call(self, op: str, bound: dict[str, Any] | None, run: Callable[[], Any],
+                     record: dict[str, Any]) -> Any:
+        """One collective or point-to-point call, whatever API made it (a torch.distributed
+        function here, an operator at the dispatcher, _observer_dispatch.py): described from
+        its arguments (`bound`, named as torch.distributed's function names them; None where
+        they could not be read) into `record`, then `run`, its end recorded."""
+        import time
+
+        self.local.depth = 1
+        try:
+            self.calls += 1
+            self.calls_since_backward += 1
+            index = self.calls
+            if bound is not None:
+                try:
+                    extra = dict(record)
+                    record.clear()
+                    record.update(_calls.describe(op, bound), **extra)
                     if self.steps <= 1:  # step 1's gradient (exercise 2), its forward's (1)
                         record.update(_calls.digest(op, bound))
                     if op in _calls.BY_HAND:
                         record["fresh"] = self.fresh(op, bound)
                 except Exception as e:  # never let the observer break the call
-                    record = {"op": op, "describe_error": repr(e)[:200]}
-                record.update(ev="call", i=index, site=_call_site(), t0=time.time_ns())
-                self.emit(record)
-                try:
-                    result = fn(*args, **kwargs)
-                except BaseException as e:
-                    self.emit({"ev": "end", "i": index, "t1": time.time_ns(),
-                               "error": type(e).__name__})
-                    raise
-                self.emit({"ev": "end", "i": index, "t1": time.time_ns()})
-                if op in ("recv", "irecv", "batch_isend_irecv"):
-                    self.received(op, args, kwargs)
-                if (record.get("async") or op == "batch_isend_irecv") and result is not None:
-                    result = self._awaited(result, op, record)
-                return result
-            finally:
-                self.local.depth = 0
-        return observed
+                    record.clear()
+                    record.update(op=op, describe_error=repr(e)[:200])
+            record.update(ev="call", op=op, i=index, site=_call_site(), t0=time.time_ns())
+            self.emit(record)
+            try:
+                result = run()
+            except BaseException as e:
+                self.emit({"ev": "end", "i": index, "t1": time.time_ns(),
+                           "error": type(e).__name__})
+                raise
+            self.emit({"ev": "end", "i": index, "t1": time.time_ns()})
+            return result
+        finally:
+            self.local.depth = 0
 
     def _awaited(self, result: Any, op: str, record: dict[str, Any]) -> Any:
         """An asynchronous call's Work (or a batch's list of them), whose `wait()` is then
@@ -232,21 +255,30 @@ class _Observer:
         return _Awaited(result, self, what) if hasattr(result, "wait") else result
 
     def waiting(self, work: Any, what: dict[str, Any], args: Any, kwargs: Any) -> Any:
-        """`work.wait()`, recorded as a call that starts now and ends when it returns."""
+        """`work.wait()` of a wrapped function's asynchronous call."""
+        return self.observe_wait(what, lambda: work.wait(*args, **kwargs))
+
+    def observe_wait(self, what: dict[str, Any], run: Callable[[], Any]) -> Any:
+        """A wait on an asynchronous call's result, recorded as a call that starts now and
+        ends when it returns (op "wait")."""
         import time
 
-        self.calls += 1
-        index = self.calls
-        self.emit({**what, "ev": "call", "op": "wait", "i": index, "site": _call_site(),
-                   "t0": time.time_ns()})
+        self.local.depth = 1
         try:
-            out = work.wait(*args, **kwargs)
-        except BaseException as e:
-            self.emit({"ev": "end", "i": index, "t1": time.time_ns(),
-                       "error": type(e).__name__})
-            raise
-        self.emit({"ev": "end", "i": index, "t1": time.time_ns()})
-        return out
+            self.calls += 1
+            index = self.calls
+            self.emit({**what, "ev": "call", "op": "wait", "i": index, "site": _call_site(),
+                       "t0": time.time_ns()})
+            try:
+                out = run()
+            except BaseException as e:
+                self.emit({"ev": "end", "i": index, "t1": time.time_ns(),
+                           "error": type(e).__name__})
+                raise
+            self.emit({"ev": "end", "i": index, "t1": time.time_ns()})
+            return out
+        finally:
+            self.local.depth = 0
 
     def fresh(self, op: str, bound: dict[str, Any]) -> int:
         """Elements of data this call sends that the rank had not sent or received since its
@@ -281,14 +313,10 @@ class _Observer:
                 total += t.numel()
         return total
 
-    def received(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def received(self, buffers: list[Any]) -> None:
+        """Receive buffers, read (fingerprinted) once a later send shows they are complete."""
         import weakref
 
-        if op == "batch_isend_irecv":
-            ops = args[0] if args else kwargs.get("p2p_op_list") or []
-            buffers = [o.tensor for o in ops if getattr(o.op, "__name__", "") == "irecv"]
-        else:
-            buffers = [args[0] if args else kwargs.get("tensor")]
         self.pending += [weakref.ref(t) for t in buffers if t is not None]
 
     def _init(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -551,7 +579,7 @@ def _call_site() -> str:
     frame: Any = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
-        if not (f"{os.sep}torch{os.sep}" in path or path == __file__
+        if not (f"{os.sep}torch{os.sep}" in path or os.path.dirname(path) == _HERE
                 or path.startswith("<frozen") or f"{os.sep}typing_extensions" in path):
             parts = path.split(os.sep)
             return f"{os.sep.join(parts[-2:])}:{frame.f_lineno}"
@@ -572,6 +600,12 @@ def _imported_torch(torch: Any) -> None:
     gc.freeze()
     _observer_buffers.watch_freeze(torch)  # what the program freezes itself is still walked
     _OBSERVER.patch_save(torch)
+    try:  # every collective, whatever API makes it: at the dispatcher
+        import _observer_dispatch
+
+        _observer_dispatch.install(_OBSERVER)
+    except Exception as e:
+        _OBSERVER.emit({"ev": "patch", "module": "dispatcher", "error": repr(e)[:200]})
 
 
 @contextlib.contextmanager
