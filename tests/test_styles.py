@@ -29,7 +29,9 @@ from tests.harness.run.runs import BASE, nemesis_kill, nemesis_of
 
 STYLES = Path(__file__).resolve().parent / "styles"
 CORPUS = ("flat_parameter", "optimizer_class", "process_spawn", "subprocess_ranks",
-          "torchrun_ranks", "ddp_hook", "dtensor_heads", "exchange_heads", "frozen_state")
+          "torchrun_ranks", "ddp_hook", "dtensor_heads", "exchange_heads", "frozen_state",
+          # the collectives through another API than torch.distributed's functions
+          "pg_methods", "functional", "dtensor_zero")
 # The lesson's exercises each program does (every one accumulates; ddp_hook rejects
 # --tensor-parallel: DDP over a data-parallel group beside head parallelism is not written)
 EXERCISES_DONE = {name: ("accumulation", "tensor_parallel") for name in CORPUS} | {

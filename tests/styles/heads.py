@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import apis
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -60,14 +61,14 @@ def group_sum(x: torch.Tensor, group: Any, exchange: bool = False) -> torch.Tens
     with each peer, summed in the group's rank order so every rank holds the same bits."""
     x = x.contiguous().clone()
     if not exchange:
-        dist.all_reduce(x, group=group)
+        apis.coll.all_reduce(x, group=group)
         return x
     me, got = dist.get_rank(), {}
     for peer in dist.get_process_group_ranks(group):
         if peer != me:
-            sent = dist.isend(x, peer, group)
+            sent = apis.coll.isend(x, peer, group)
             got[peer] = torch.empty_like(x)
-            dist.recv(got[peer], peer, group)
+            apis.coll.recv(got[peer], peer, group)
             if sent is not None:  # None off the group
                 sent.wait()
     got[me] = x

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import apis
 import torch
-import torch.distributed as dist
 
 
 class HookedReduce:
@@ -49,7 +49,7 @@ class HookedReduce:
         if self.mean_first:
             full /= self.n
         mine = torch.empty(self.S)
-        work = dist.reduce_scatter_tensor(mine, full, group=self.group, async_op=True)
+        work = apis.coll.reduce_scatter_tensor(mine, full, group=self.group, async_op=True)
         self.launched.append((work, mine))
 
     def wait(self) -> torch.Tensor:

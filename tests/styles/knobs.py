@@ -42,6 +42,9 @@ KNOBS: dict[str, tuple[str, ...]] = {
     # or written beside it and renamed in; rank 0 renames the directory after a barrier
     "save": ("inline", "thread", "rename"),
     "group": ("default", "new_group"),  # the collectives' process group
+    # what makes the collectives (apis.py): torch.distributed's functions, the process
+    # group's methods, functional collectives, or DTensor redistributions
+    "api": ("functions", "pg_methods", "functional", "dtensor"),
 }
 DEFAULT = {knob: values[0] for knob, values in KNOBS.items()}
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import apis
 import heads
 import torch
 import torch.distributed as dist
@@ -209,6 +210,7 @@ class Style:
     new_group: bool = False  # the collectives over dist.new_group(every rank)
     clip: float = 0.0  # clip the global gradient to this norm (0: no clipping)
     mistake: str = ""  # one of the lesson's mistakes, written in whatever style (knobs.py)
+    api: str = "functions"  # what makes the collectives (apis.py)
 
 
 def reduce_slice(full: torch.Tensor, rank: int, n: int, fraction: float = 1.0,
@@ -223,7 +225,7 @@ def reduce_slice(full: torch.Tensor, rank: int, n: int, fraction: float = 1.0,
     k = round(S * fraction)
     by_rank = full.view(n, S)
     if k < S:
-        dist.reduce_scatter_tensor(mine[:k], by_rank[:, :k].contiguous().view(-1),
+        apis.coll.reduce_scatter_tensor(mine[:k], by_rank[:, :k].contiguous().view(-1),
                                    group=group)
         mine[k:] = by_rank[rank, k:] * n
     elif mean_first:
@@ -263,6 +265,7 @@ class ZeroHook:
 def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     """One rank of ZeRO-1 (the process group is already up)."""
     torch.set_num_threads(1)
+    apis.use(style.api)
     wrong = style.mistake
     torch.manual_seed(a.seed + (rank if wrong == "no_broadcast" else 0))  # else the same
     model = MiniGPT(style.attention, style.remat)
@@ -310,7 +313,7 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     with torch.no_grad():
         flat[:P] = torch.nn.utils.parameters_to_vector(held)
     if wrong != "no_broadcast":
-        dist.broadcast(flat, src=groups.dp_src if groups else 0, group=dp)
+        apis.coll.broadcast(flat, src=groups.dp_src if groups else 0, group=dp)
     shard = style.shard(flat[rank * S:(rank + 1) * S])
     start = 0
     if a.resume:
@@ -401,7 +404,7 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
             parts = [forward(xs, ys) for xs, ys in micro] if style.loss_first else []
             if parts and wrong != "no_guard":  # the guard on the loss, before any backward
                 early = torch.stack(parts).detach().mean().double().reshape(1)
-                dist.all_reduce(early)
+                apis.coll.all_reduce(early)
                 early_loss = float(early[0]) / (n * tp)
                 if not math.isfinite(early_loss) or (prev is not None and
                                                      early_loss > 2 * prev):
@@ -452,11 +455,11 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
         sq = mine.double().square()
         stats = torch.stack([loss.detach().double(), sq[mine_split].sum(),
                              sq[~mine_split].sum()])
-        dist.all_reduce(stats)
+        apis.coll.all_reduce(stats)
         mean_loss = float(stats[0] / (n * tp))
         grad_norm = float((stats[1] + stats[2] / tp).sqrt())
         if wrong == "hang" and step == 5 and rank == 0:  # waits for a send never made
-            dist.recv(torch.empty(1), src=1 % (n * tp))
+            apis.coll.recv(torch.empty(1), src=1 % (n * tp))
         if wrong == "crash" and step == 3 and rank == n * tp - 1 > 0:
             raise RuntimeError(f"rank {rank}: the mistake 'crash' at step {step}")
         if wrong != "no_guard" and (not math.isfinite(mean_loss) or not math.isfinite(
@@ -490,7 +493,7 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
     if world_rank == 0:
         (a.out / "summary.json").write_text(json.dumps(
             {"contract": 1, "n_params": P_model, "world_size": n * tp, "steps": a.steps}))
-    dist.barrier()
+    apis.coll.barrier()
     if style.ddp:
         # DDP's reducer let go while its group is alive: left to this function's return, it
         # was destroyed after the group, and its destructor hung one rank now and then

@@ -11,8 +11,8 @@ import shutil
 import threading
 from pathlib import Path
 
+import apis
 import torch
-import torch.distributed as dist
 
 
 class Saver:
@@ -35,7 +35,7 @@ class Saver:
         if self.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-        dist.barrier()
+        apis.coll.barrier()
         self.pending = (step, tmp)
         if self.threaded:
             self.writer = threading.Thread(target=torch.save,
@@ -55,7 +55,7 @@ class Saver:
             self.writer.join()
             self.writer = None
         (step, tmp), self.pending = self.pending, None
-        dist.barrier()
+        apis.coll.barrier()
         if self.rank == 0:
             shards = [{"rank": r, "file": f"rank-{r}.pt",
                        "sha256": hashlib.sha256((tmp / f"rank-{r}.pt").read_bytes())
@@ -65,4 +65,4 @@ class Saver:
                 {"contract": 1, "step": step, "world_size": self.n, "n_params": self.P,
                  "shards": shards}))
             tmp.rename(self.out / "checkpoints" / f"step-{step:06d}")
-        dist.barrier()
+        apis.coll.barrier()

@@ -58,7 +58,7 @@ def lesson_style(k: dict[str, str]) -> Any:
         mean_first=k["mean"] == "before", new_group=k["group"] == "new_group",
         clip=1.0 if k["clip"] == "global" else 0.0,
         rename_save=k["save"] == "rename", strided=k["rows"] == "strided",
-        loss_first=k["guard"] == "loss_first",
+        loss_first=k["guard"] == "loss_first", api=k["api"],
         mistake="" if k["mistake"] == "none" else k["mistake"])
 
 

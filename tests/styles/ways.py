@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import apis
 import torch
 import torch.distributed as dist
 
@@ -31,12 +32,12 @@ def reduce_scatter(form: str, full: torch.Tensor, group: Any = None) -> torch.Te
     parts = list(full.view(n, S).unbind())
     mine = torch.empty(S)
     if form == "reduce_scatter_tensor":
-        dist.reduce_scatter_tensor(mine, full, group=group)
+        apis.coll.reduce_scatter_tensor(mine, full, group=group)
     elif form == "reduce_scatter":
-        dist.reduce_scatter(mine, [p.contiguous() for p in parts], group=group)
+        apis.coll.reduce_scatter(mine, [p.contiguous() for p in parts], group=group)
     elif form == "all_to_all":
         got = torch.empty_like(full)
-        dist.all_to_all_single(got, full, group=group)
+        apis.coll.all_to_all_single(got, full, group=group)
         mine = got.view(n, S).sum(0)
     elif form == "ring":
         # n - 1 hops: at hop k, pass on the running sum of slice (me - k - 1) and add this
@@ -47,7 +48,7 @@ def reduce_scatter(form: str, full: torch.Tensor, group: Any = None) -> torch.Te
             incoming = torch.empty(S)
             ops = [dist.P2POp(dist.isend, acc, right, group),
                    dist.P2POp(dist.irecv, incoming, left, group)]
-            for req in dist.batch_isend_irecv(ops):
+            for req in apis.coll.batch_isend_irecv(ops):
                 req.wait()
             acc = incoming + parts[(me - k - 2) % n]
         mine = acc
@@ -61,9 +62,9 @@ def all_gather(form: str, flat: torch.Tensor, mine: torch.Tensor, group: Any = N
     me, n, right, left = _peers(group)
     S = mine.numel()
     if form == "all_gather_into_tensor":
-        dist.all_gather_into_tensor(flat, mine.contiguous(), group=group)
+        apis.coll.all_gather_into_tensor(flat, mine.contiguous(), group=group)
     elif form == "all_gather":
-        dist.all_gather(list(flat.view(n, S).unbind()), mine.contiguous(), group=group)
+        apis.coll.all_gather(list(flat.view(n, S).unbind()), mine.contiguous(), group=group)
     elif form == "ring":
         flat[me * S:(me + 1) * S] = mine
         for k in range(n - 1):  # pass on the slice received at the last hop
@@ -71,7 +72,7 @@ def all_gather(form: str, flat: torch.Tensor, mine: torch.Tensor, group: Any = N
             incoming = torch.empty(S)
             ops = [dist.P2POp(dist.isend, flat[send * S:(send + 1) * S].clone(), right, group),
                    dist.P2POp(dist.irecv, incoming, left, group)]
-            for req in dist.batch_isend_irecv(ops):
+            for req in apis.coll.batch_isend_irecv(ops):
                 req.wait()
             flat[recv * S:(recv + 1) * S] = incoming
     else:
