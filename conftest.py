@@ -18,6 +18,7 @@ import pytest
 from tests import options, profiles
 from tests.harness.check.checks import Run
 from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
+from tests.harness.check.observed_checks import unseen_ranks
 from tests.harness.diagnose.diagnosis import diagnose
 from tests.harness.observe.violations import Violation, summarize
 from tests.harness.platforms import session
@@ -308,11 +309,15 @@ def run(run_cache: RunCache, impl: tuple[str, ...], request: pytest.FixtureReque
 
 @pytest.fixture
 def observed(run: Callable[[RunSpec], Run]) -> Callable[[RunSpec], Run]:
-    """run(spec), skipping when the suite runs with --no-observe."""
+    """run(spec), skipping when the suite runs with --no-observe, and not graded where the
+    observer saw none of the ranks (no evidence either way: no points, no charge)."""
     def get(spec: RunSpec) -> Run:
         r = run(spec)
         if r.observed is None:
             pytest.skip("the observer is off (--no-observe)")
+        why = unseen_ranks(r)
+        if why is not None:
+            pytest.skip(f"{NOT_GRADED}{why}")
         return r
     return get
 

@@ -101,3 +101,23 @@ def test_every_mistake_loses_its_target_module_whole(shared_tmp, record_property
     unseen = {n for n, out in spoiled.items()
               if out.startswith(f"{NOT_GRADED}the suite could not see whether")}
     assert set(spoiled) == unseen and (not unseen or name in UNSEEN), said[:2000]
+
+
+def test_ranks_hidden_from_the_observer_gain_no_points_and_no_charge(shared_tmp):
+    """Issue 61: a submission that trains correctly where the observer cannot see it
+    (tests/hostile/unobserved.py: the ranks in an interpreter started with -I) is neither
+    credited nor charged for what its ranks did: those tests are not graded, saying what the
+    suite could not see, the score is not 100, and nothing accuses it."""
+    folder = shared_tmp / "policy-submissions" / "unobserved"
+    folder.mkdir(parents=True, exist_ok=True)
+    hostile = Path(__file__).resolve().parent / "hostile" / "unobserved.py"
+    results = graded_once(shared_tmp / "policy-grades", folder,
+                          Grading(entry=f"{sys.executable} {hostile}", suite_seed=0,
+                                  sees_reference=True))
+    unseen = [t for t in results["tests"] if str(t.get("output", "")).startswith(
+        f"{NOT_GRADED}the suite could not see the ranks")]
+    assert unseen and results["score"] < 100, results["output"][:2000]
+    said = "\n".join(str(t.get("output", "")) for t in results["tests"])
+    for accusation in ("never started", "one process did", "read the --inject flag"):
+        assert accusation not in said, (accusation, said[:3000])
+    assert results["output"].startswith("SCORE INCOMPLETE"), results["output"][:500]

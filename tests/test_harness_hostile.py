@@ -163,3 +163,25 @@ def test_under_grading_the_faults_are_drawn_apart_from_the_seed_a_run_holds():
     assert _draw(_Options(grade_json="r.json", fault_seed=5),  # type: ignore[arg-type]
                  "fault_seed", 7) == 5
     assert _draw(_Options(), "fault_seed", 7) == 7  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_ranks_out_of_the_observers_sight_are_not_graded_never_charged(reference_only,
+                                                                        run_cache):
+    """Issue 61: a correct run whose ranks the observer never saw (unobserved.py) has nothing
+    the observed checks may charge or accuse on: each says what it could not see (not
+    graded: no points, no charge), where the same program seen (the reference) is judged."""
+    from tests.harness.check.observed_checks import (
+        check_genuine_ranks,
+        check_zero_traffic,
+        unseen_ranks,
+    )
+
+    hidden = run_cache.get(impl("unobserved"), BASE)
+    assert hidden.outcome.returncode == 0 and hidden.parsed.records.get(3), hidden.outcome
+    why = unseen_ranks(hidden)
+    assert why is not None and why.startswith("the suite could not see the ranks"), why
+    assert "-I" in why
+    assert check_genuine_ranks(hidden) == [] and check_zero_traffic(hidden) == []
+    seen = run_cache.get((sys.executable, "-m", "capstone"), BASE)
+    assert unseen_ranks(seen) is None and check_genuine_ranks(seen) == []

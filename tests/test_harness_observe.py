@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from tests.harness.check.checks import Run
 from tests.harness.check.observed_checks import (
-    NOT_OBSERVED,
     check_genuine_ranks,
     check_measured_memory,
     check_same_sequence,
     check_zero_traffic,
+    unseen_ranks,
 )
 from tests.harness.check.work_checks import CONTEXT, check_data_parallel, check_reduced
 from tests.harness.observe.parse import ParsedRun
@@ -174,17 +174,25 @@ def test_a_rooted_collective_agrees_by_what_every_rank_passes():
         assert v.rank == 1 and "different calls" in v.found
 
 def test_one_process_claiming_four_ranks_and_no_observer_at_all():
+    """Charged only on evidence (issue 61): a process seen training alone did the ranks' work;
+    a run that ended well where the observer saw no rank join and no backward (a launcher
+    only, or nothing at all) is not graded, never charged; a run that failed is told how."""
     alone = observed_run([ProcessTrace(pid=7, backwards=[1])], 4)
     alone.parsed.records[3] = {1: {"step": 1}}  # it wrote rank 3's file, and exited 0
     [v] = check_genuine_ranks(alone)
-    assert "never started" in v.message
+    assert "never started" in v.message and "pid 7 ran 1 backward" in v.message
+    assert unseen_ranks(alone) is None
     crashed = observed_run([ProcessTrace(pid=7)], 4)
     crashed.outcome.returncode = 1
     [v] = check_genuine_ranks(crashed)
-    assert "before the run ended: exit code 1" in v.message
-    nothing = observed_run([], 4)
-    [v] = check_genuine_ranks(nothing)
-    assert v.message == NOT_OBSERVED and "\n" not in str(v)
+    assert "before the run ended: exit code 1" in v.message and unseen_ranks(crashed) is None
+    for hidden in (observed_run([ProcessTrace(pid=7, argv=["python", "main.py"])], 4),
+                   observed_run([], 4)):
+        why = unseen_ranks(hidden)
+        assert why is not None and why.startswith("the suite could not see the ranks")
+        assert check_genuine_ranks(hidden) == [] and check_zero_traffic(hidden) == []
+    assert "main.py" in str(unseen_ranks(observed_run([ProcessTrace(pid=7, argv=["python",
+                                                                                "main.py"])], 4)))
     assert check_genuine_ranks(observed_run([rank_trace(0, 4, [])], 4))  # ranks 1-3 missing
 
 

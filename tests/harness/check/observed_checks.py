@@ -39,9 +39,34 @@ NOT_OBSERVED = ("nothing loaded the suite's observer: the submission is not a Py
                 "in Python; --no-observe turns them off)")
 
 
+def unseen_ranks(run: Run) -> str | None:
+    """Why the suite could not see the run's ranks, where it could not: the program ended
+    well (exit 0) and no process the observer watched joined a process group or ran a
+    backward pass, so the ranks trained (if they did) where the observer does not load. No
+    check of what the ranks did may then charge or accuse: there is no evidence either way.
+    None where it saw them, or where the run failed (how it ended is the charge)."""
+    obs = run.observed
+    if obs is None or run.outcome.returncode != 0 or any(
+            p.rank is not None or p.backwards for p in obs.processes):
+        return None
+    saw = (f"it saw {len(obs.processes)} Python process(es) "
+           f"({'; '.join(' '.join(p.argv[:3])[:80] for p in obs.processes[:3])}), none of "
+           "which joined a process group or ran a backward pass" if obs.processes else
+           "no process of the run loaded its observer")
+    return (f"the suite could not see the ranks: {saw}, yet the run ended with exit code 0. "
+            "The ranks ran where the observer does not load (a Python started with -I, -E "
+            "or -S, or another language): " + NOT_OBSERVED_NEXT)
+
+
+# What the instructor does where the suite saw nothing of the ranks
+NOT_OBSERVED_NEXT = ("the checks of what the ranks did are not graded (no points, no charge); "
+                     "look at how the submission starts its ranks, and ask for plain "
+                     "`python` ranks (mp.spawn, torchrun, subprocess of sys.executable)")
+
+
 def observation_of(run: Run, inv: str) -> tuple[Observation | None, list[Violation]]:
     obs = run.observed
-    if obs is None:
+    if obs is None or unseen_ranks(run) is not None:  # no evidence: no charge
         return None, []
     if not obs.processes:
         return None, [Violation(inv, None, None, "an observed Python process", "none",
@@ -68,8 +93,10 @@ def check_genuine_ranks(run: Run) -> list[Violation]:
     joined = [p for p in obs.processes if p.rank is not None]
     if not joined:
         ran = f"{len(obs.processes)} Python process(es) ran and none called init_process_group"
-        if run.outcome.returncode == 0 and run.parsed.records.get(n - 1):
-            why = f"{ran}: the ranks were never started (did one process write every rank's files?)"
+        trained = [p for p in obs.processes if p.backwards]
+        if run.outcome.returncode == 0 and trained:  # seen: the work done outside a group
+            why = (f"{ran}; pid {trained[0].pid} ran {len(trained[0].backwards)} backward "
+                   f"pass(es) alone: the ranks were never started, one process did their work")
         else:  # it ended (or hung) before: no_deadlock says how
             why = f"{ran} before the run ended: {run.outcome.reason()}"
         return [Violation(INV, None, None, f"{n} processes in one process group",

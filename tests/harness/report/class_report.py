@@ -226,9 +226,10 @@ def write_summary(out: Path, grades: dict[str, dict[str, Any]]) -> list[Path]:
     spoiled = sorted(name for name, r in grades.items()
                      if any(v["not_graded"] for v in per_invariant(r).values()))
     lines = [f"# Class summary: {len(grades)} students", "", policy_line(grades), ""]
-    if spoiled:  # first: these grades are incomplete through no fault of the students
-        lines += [f"**Not graded completely (the grader's machine or set-up, not the "
-                  f"students'; each feedback says what to mend, then regrade): "
+    if spoiled:  # first: these grades are incomplete; a person must look
+        lines += [f"**Not graded completely (no verdict: the grader's machine or set-up, or "
+                  f"ranks the suite could not see; each feedback says what to do, then "
+                  f"regrade): "
                   f"{', '.join(spoiled)}**", ""]
     bins = score_bins(scores)
     lines += [f"Median score {statistics.median(scores):.4g}; "

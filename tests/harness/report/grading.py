@@ -62,7 +62,9 @@ VISIBILITY: dict[str, str] = {name: "visible" for name in WEIGHTS}
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 CONFIG_VAR = "CAPSTONE_GRADING"
 LIKELY = "likely: "  # starts each likely-cause line of a test's output (class_report reads it)
-NOT_GRADED = "NOT GRADED (the grader's machine or set-up, not the submission): "
+# No verdict either way (the grader's machine or set-up, or a run the suite could not see):
+# no points and no charge; the reason says whose it is and what to do.
+NOT_GRADED = "NOT GRADED (no verdict, no charge: the reason says what to do): "
 WENT_WRONG = "What went wrong:\n"  # opens the text of a failed grading
 # The order a student should read failures in: how the run ended and what the ranks did first
 # (later failures are often their consequences), then the numbers.

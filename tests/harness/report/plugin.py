@@ -150,8 +150,8 @@ class SuiteReport:
             for line in self.suite_errors:
                 tr.write_line(line)
         spoiled = self.not_graded()
-        if spoiled:  # first: these verdicts are the machine's, not the submission's
-            tr.section(f"NOT GRADED: {len(spoiled)} test(s), the grader's machine or set-up")
+        if spoiled:  # first: no verdict was reached on these
+            tr.section(f"NOT GRADED: {len(spoiled)} test(s), no verdict reached (reasons below)")
             for line in spoiled:
                 tr.write_line(line)
         if self.invariants:
