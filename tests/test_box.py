@@ -304,11 +304,11 @@ def _catalogue_share(shard: int, shards: int) -> list[str]:
     return ids[shard::shards]
 
 
-CATALOGUE_SHARDS = 2  # two boxes of half a CPU at once: the box tier runs on two workers
+CATALOGUE_SHARDS = 4  # four boxes of half a CPU at once fill two cores: the tier runs -n 4
 
 
 @pytest.mark.box
-@pytest.mark.timeout(1800)  # half the catalogue at half a CPU: ~4 minutes here
+@pytest.mark.timeout(1800)  # a quarter of the catalogue at half a CPU: ~2 minutes here
 @pytest.mark.parametrize("shard", range(CATALOGUE_SHARDS))
 def test_every_mutant_is_caught_in_gradescopes_default_box(tmp_path, outside_pytest_tmp, shard):
     """Every mutant of the catalogue caught by its targets with its hint, and the reference

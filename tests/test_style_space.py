@@ -152,10 +152,37 @@ def test_every_drawn_program_passes_every_check(reference_only, run_cache, shard
     _drawn_in_shard(shard, passes)()
 
 
+# Each mistake in another API than torch.distributed's functions besides the default style's:
+# the i-th mistake in the i-th of the others, in turn (every mistake in every API on request:
+# CAPSTONE_STYLE_EVERY_API=1, minutes more)
+EVERY_API = os.environ.get("CAPSTONE_STYLE_EVERY_API") == "1"
+
+
+def mistakes_in_apis() -> list[tuple[dict[str, str], str]]:
+    """(style, mistake) pairs that make each mistake through the APIs beside the default."""
+    others = KNOBS["api"][1:]
+    pairs = [(with_(api=api), m) for i, m in enumerate(sorted(MISTAKES))
+             for api in (others if EVERY_API else [others[i % len(others)]])]
+    return [(s, m) for s, m in pairs if allowed({**s, "mistake": m})]
+
+
 def _pin_each_mistake_in_the_default_style(test: Any) -> Any:
     for mistake in reversed(sorted(MISTAKES)):
         test = example(pair=(dict(DEFAULT), mistake))(test)
     return test
+
+
+def _caught(run_cache: Any, style: dict[str, str], mistake: str) -> None:
+    """`mistake` made in `style`: caught by each of its targets, its hint in the feedback."""
+    from tests.harness.diagnose.diagnosis import diagnose
+
+    targets, hint = MISTAKES[mistake]
+    found = _evaluated(run_cache, command(style, mistake), tuple(targets))
+    where = f"mistake={mistake} in {changed(style)}"
+    for target in targets:
+        assert found[target], f"{where}: not caught by {target}"
+    hints = [h for t in targets for h in diagnose(t, found[t])]
+    assert any(hint in h for h in hints), f"{where}: the feedback lacks {hint!r}: {hints}"
 
 
 @pytest.mark.styles
@@ -176,17 +203,19 @@ def _pin_each_mistake_in_the_default_style(test: Any) -> Any:
 def test_every_mistake_is_caught_by_its_target_in_every_style(reference_only, run_cache, pair):
     """A mistake of the lesson made in a drawn style: caught by each of its target
     invariants, and the feedback names it (its hint), whatever the way of writing."""
-    from tests.harness.diagnose.diagnosis import diagnose
+    _caught(run_cache, *pair)
 
-    style, mistake = pair
-    targets, hint = MISTAKES[mistake]
-    impl = command(style, mistake)
-    found = _evaluated(run_cache, impl, tuple(targets))
-    where = f"mistake={mistake} in {changed(style)}"
-    for target in targets:
-        assert found[target], f"{where}: not caught by {target}"
-    hints = [h for t in targets for h in diagnose(t, found[t])]
-    assert any(hint in h for h in hints), f"{where}: the feedback lacks {hint!r}: {hints}"
+
+@pytest.mark.styles
+@pytest.mark.long
+@pytest.mark.timeout(900 + 60 * len(mistakes_in_apis()))
+@pytest.mark.parametrize("pair", mistakes_in_apis(),
+                         ids=lambda p: f"{p[1]}-{p[0]['api']}" if isinstance(p, tuple) else "")
+def test_every_mistake_is_caught_in_every_api(reference_only, run_cache, pair):
+    """Each mistake of the lesson made through another API than torch.distributed's
+    functions (the process group's methods, functional collectives, DTensor): caught by its
+    targets with its hint, as through the functions (the observer sees every API alike)."""
+    _caught(run_cache, *pair)
 
 
 @pytest.mark.styles
