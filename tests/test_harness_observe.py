@@ -187,12 +187,17 @@ def test_one_process_claiming_four_ranks_and_no_observer_at_all():
     [v] = check_genuine_ranks(crashed)
     assert "before the run ended: exit code 1" in v.message and unseen_ranks(crashed) is None
     for hidden in (observed_run([ProcessTrace(pid=7, argv=["python", "main.py"])], 4),
-                   observed_run([], 4)):
+                   observed_run([], 4)):  # it exec'd (no bye), or nothing loaded the observer
         why = unseen_ranks(hidden)
         assert why is not None and why.startswith("the suite could not see the ranks")
         assert check_genuine_ranks(hidden) == [] and check_zero_traffic(hidden) == []
     assert "main.py" in str(unseen_ranks(observed_run([ProcessTrace(pid=7, argv=["python",
                                                                                 "main.py"])], 4)))
+    # seen to its end without training: the evidence that no rank trained, charged
+    idle = observed_run([ProcessTrace(pid=7, ended=True)], 4)
+    assert unseen_ranks(idle) is None
+    [v] = check_genuine_ranks(idle)
+    assert "none called init_process_group" in v.message
     assert check_genuine_ranks(observed_run([rank_trace(0, 4, [])], 4))  # ranks 1-3 missing
 
 

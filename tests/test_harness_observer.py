@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 
 from tests.harness.check.checks import check_clean_exit, check_monotonic_loss
-from tests.harness.check.observed_checks import NOT_OBSERVED, check_genuine_ranks, persistent_bytes
+from tests.harness.check.observed_checks import check_genuine_ranks, persistent_bytes, unseen_ranks
 from tests.harness.check.state_checks import located
 from tests.harness.check.work_checks import check_data_parallel, check_reduced
 from tests.harness.run import acl, contain
@@ -175,10 +175,13 @@ def test_links_a_run_plants_are_never_followed_by_the_suite(contained, tmp_path,
     assert oct((secret / "key").stat().st_mode & 0o777) == oct(0o600)
 
 
-def test_a_submission_that_is_not_python_fails_the_observed_checks_in_one_line(tmp_path):
+def test_a_submission_that_is_not_python_is_not_graded_on_what_its_ranks_did(tmp_path):
+    """Nothing loaded the observer (issue 61): no evidence either way, so the observed checks
+    charge nothing and say in one line what the suite could not see."""
     r = cache(tmp_path, bound=10).get(hostile("shell.sh"), BASE)
-    [v] = check_genuine_ranks(r)
-    assert v.message == NOT_OBSERVED and "\n" not in str(v)
+    why = unseen_ranks(r)
+    assert why is not None and "no process of the run loaded its observer" in why
+    assert "\n" not in why and check_genuine_ranks(r) == []
 
 
 @pytest.mark.long

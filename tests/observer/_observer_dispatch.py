@@ -20,6 +20,7 @@ is recorded as a blocking call of its own, as an asynchronous call's wait is els
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -119,13 +120,19 @@ _FUNCTIONAL: dict[str, tuple[str, str, Callable[[Any, dict[str, Any]], int]]] = 
 def _bound(ns: str, name: str, schema: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
            ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """The call as a torch.distributed function's: its op, its arguments by that function's
-    names, and what the record says beyond them (the output's size, whether it is awaited)."""
+    names, and what the record says beyond them (a functional collective's output size)."""
     a = {arg.name: v for arg, v in zip(schema.arguments, args, strict=False)}
     a.update(kwargs)
     if ns == "c10d":
         op, bind = _C10D[name]
         bound = {**bind(a), "group": _group(a["process_group"]),
                  "async_op": bool(a.get("async_op", False))}
+        for local, key in (("group_src", "src"), ("group_dst", "dst")):  # a peer's global rank,
+            if local in bound:                                           # as the functions take
+                import torch.distributed as dist
+
+                with contextlib.suppress(Exception):
+                    bound[key] = dist.get_global_rank(bound["group"], bound.pop(local))
         return op, bound, {}
     op, field, numel = _FUNCTIONAL[name]
     value = a[field]
@@ -136,7 +143,7 @@ def _bound(ns: str, name: str, schema: Any, args: tuple[Any, ...], kwargs: dict[
     if op == "all_to_all_single":
         bound.update(output_split_sizes=a["output_split_sizes"],
                      input_split_sizes=a["input_split_sizes"])
-    return op, bound, {"numel_out": numel(value, a), "async": True}
+    return op, bound, {"numel_out": numel(value, a)}
 
 
 def install(observer: Any) -> None:
@@ -166,25 +173,55 @@ def _kernel(observer: Any, ns: str, name: str, target: Any) -> Callable[..., Any
 
     below = torch._C._AutoDispatchBelowAutograd
     schema = target._schema
+    wait = torch.ops._c10d_functional.wait_tensor.default
+    functional = ns == "_c10d_functional"
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         def run() -> Any:
             with below():
-                return target(*args, **kwargs)
+                out = target(*args, **kwargs)
+                if functional:  # waited on here: a rank blocked in it is seen in this call
+                    for t in out if isinstance(out, (list, tuple)) else [out]:
+                        wait(t)
+            return out
         if not observer.outer():  # inside a recorded call (a torch.distributed function's)
             return run()
         if name == "wait_tensor":
             return observer.observe_wait({"of": "functional", "numel_in": 0, "numel_out": 0},
                                          run)
         try:
-            op, bound, extra = _bound(ns, name, schema, args, kwargs)
+            op, bound, record = _bound(ns, name, schema, args, kwargs)
         except Exception as e:  # never let the observer break the call
             return observer.observe_call(name, None, run, {"describe_error": repr(e)[:200]})
-        result = observer.observe_call(op, bound, run, extra)
+        result = observer.observe_call(op, bound, run, record)
         if op == "recv":
             observer.received([bound.get("tensor")])
+        if not functional:
+            _remember(result, {"of": op, "group": record.get("group"), "numel_in": 0,
+                               "numel_out": 0, **({"peer": record["peer"]}
+                                                  if "peer" in record else {})})
         return result
     return kernel
+
+
+# Works a ProcessGroup method returned, by id, with the call each is the Work of: its wait
+# is recorded as a wait on that call (a rank blocked in `pg.recv(...).wait()` is blocked in
+# that recv). Held until waited on; the oldest let go past _AWAITED_MAX (never waited on).
+_AWAITED: dict[int, tuple[Any, dict[str, Any]]] = {}
+_AWAITED_MAX = 256
+
+
+def _remember(result: Any, what: dict[str, Any]) -> None:
+    import torch
+
+    boxed = result[-1] if isinstance(result, (list, tuple)) else result
+    try:
+        work = torch._C._distributed_c10d.Work.unbox(boxed)  # the object the program gets
+    except Exception:
+        return
+    _AWAITED[id(work)] = (work, what)
+    while len(_AWAITED) > _AWAITED_MAX:
+        _AWAITED.pop(next(iter(_AWAITED)))
 
 
 def _watch_waits(observer: Any) -> None:
@@ -199,6 +236,6 @@ def _watch_waits(observer: Any) -> None:
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not observer.outer():
             return real(self, *args, **kwargs)
-        return observer.observe_wait({"of": "work", "numel_in": 0, "numel_out": 0},
-                                     lambda: real(self, *args, **kwargs))
+        _, what = _AWAITED.pop(id(self), (None, {"of": "work", "numel_in": 0, "numel_out": 0}))
+        return observer.observe_wait(what, lambda: real(self, *args, **kwargs))
     work.wait = wait  # type: ignore[method-assign]

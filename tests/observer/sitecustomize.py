@@ -349,6 +349,17 @@ class _Observer:
             return fn(*args, **kwargs)
         return observed
 
+    def ending(self) -> None:
+        """The process ends as Python ends (exit, os._exit): its Flight Recorder, and "bye".
+        A process with no bye was killed, or replaced by an exec (an interpreter the
+        observer may not load into: what it ran then is unseen)."""
+        if os.getpid() != self.pid:
+            return
+        self.dump_flight_recorder()
+        import time
+
+        self.emit({"ev": "bye", "t": time.time_ns()})
+
     def dump_flight_recorder(self) -> None:
         """torch's own record of this process's collectives (kept for the last dump)."""
         if os.getpid() != self.pid or self.rank is None:
@@ -679,11 +690,11 @@ def _install(directory: str) -> _Observer:
     observer = _Observer(directory)
     sys.meta_path.insert(0, _Hook(observer))
     _crash.patch_hooks(observer)
-    atexit.register(observer.dump_flight_recorder)
+    atexit.register(observer.ending)
     real_exit = os._exit
 
     def _exit(code: int) -> None:  # multiprocessing's forked children end here, as may ranks
-        observer.dump_flight_recorder()
+        observer.ending()
         real_exit(code)
     os._exit = _exit  # type: ignore[assignment]
     return observer

@@ -41,18 +41,23 @@ NOT_OBSERVED = ("nothing loaded the suite's observer: the submission is not a Py
 
 def unseen_ranks(run: Run) -> str | None:
     """Why the suite could not see the run's ranks, where it could not: the program ended
-    well (exit 0) and no process the observer watched joined a process group or ran a
-    backward pass, so the ranks trained (if they did) where the observer does not load. No
-    check of what the ranks did may then charge or accuse: there is no evidence either way.
-    None where it saw them, or where the run failed (how it ended is the charge)."""
+    well (exit 0), no process the observer watched joined a process group or ran a backward
+    pass, and it did not watch the run to its end (no process at all, or one that was
+    replaced by an exec: what ran then is unseen). No check of what the ranks did may then
+    charge or accuse: there is no evidence either way. None where it saw the ranks, where
+    every process it saw ran to its end without training (seen: a charge), or where the run
+    failed (how it ended is the charge)."""
     obs = run.observed
     if obs is None or run.outcome.returncode != 0 or any(
             p.rank is not None or p.backwards for p in obs.processes):
         return None
-    saw = (f"it saw {len(obs.processes)} Python process(es) "
-           f"({'; '.join(' '.join(p.argv[:3])[:80] for p in obs.processes[:3])}), none of "
-           "which joined a process group or ran a backward pass" if obs.processes else
-           "no process of the run loaded its observer")
+    if obs.processes and all(p.ended for p in obs.processes):
+        return None
+    gone = [p for p in obs.processes if not p.ended]
+    saw = (f"it saw {len(obs.processes)} Python process(es), none of which joined a process "
+           f"group or ran a backward pass, and {len(gone)} of them ended unseen (replaced by "
+           f"an exec: {'; '.join(' '.join(p.argv[:3])[:80] for p in gone[:3])})"
+           if obs.processes else "no process of the run loaded its observer")
     return (f"the suite could not see the ranks: {saw}, yet the run ended with exit code 0. "
             "The ranks ran where the observer does not load (a Python started with -I, -E "
             "or -S, or another language): " + NOT_OBSERVED_NEXT)

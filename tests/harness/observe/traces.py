@@ -48,6 +48,7 @@ class Call:
     values: list[float] = field(default_factory=list)  # a small reduction's inputs
     # A gradient-sized reduction's input: n, sum, sq (sum of squares), sample (16 elements)
     digest: dict[str, Any] | None = None
+    of: str = ""  # a wait: the call whose Work it waits on, where the observer knew it
 
     @property
     def p2p(self) -> bool:
@@ -73,8 +74,15 @@ class Call:
         n_out = 0 if self.op == "gather" else self.numel_out
         return (self.op, n_in, n_out, self.dtype, len(self.group))
 
+    @property
+    def name(self) -> str:
+        """The op as a student reads it: a wait on a call's Work is told as that call (a
+        rank sitting in `pg.recv(...).wait()` is blocked in that recv)."""
+        return self.of if self.op == "wait" and self.of not in ("", "work", "functional") \
+            else self.op
+
     def describe(self) -> str:
-        what = f"{self.op}({self.peer})" if self.peer and self.p2p else self.op
+        what = f"{self.name}({self.peer})" if self.peer and self.p2p else self.name
         n = self.numel_in or self.numel_out  # a scatter's ranks but its root pass outputs only
         size = f" of {n} {self.dtype}" if n else ""
         return f"{what}{size} at {self.site}"
@@ -102,6 +110,7 @@ class ProcessTrace:
     nemesis: dict[str, Any] | None = None  # the fault the suite's nemesis made in it
     raised: dict[str, Any] | None = None  # an exception its launcher would keep (mp.spawn)
     stack: str = ""
+    ended: bool = False  # it ended as Python ends (no kill, no exec into another program)
 
     def open_call(self) -> Call | None:
         """The blocking call this process is inside (started, not returned), if any."""
@@ -195,7 +204,7 @@ def _call(rec: dict[str, Any]) -> Call:
                 fresh=None if fresh is None else int(fresh),
                 nonfinite=bool(rec.get("nonfinite")),
                 values=[float(v) for v in rec.get("values") or []],
-                digest=rec.get("digest"))
+                digest=rec.get("digest"), of=str(rec.get("of") or ""))
 
 
 class TraceFile:
@@ -255,6 +264,8 @@ class TraceFile:
         elif ev == "end" and rec.get("i") in by_index:
             by_index[rec["i"]].t1 = int(rec.get("t1", 0))
             by_index[rec["i"]].error = rec.get("error")
+        elif ev == "bye":
+            trace.ended = True
         elif ev == "fr" and "entries" in rec:
             trace.flight_recorder = list(rec["entries"])
         elif ev == "bw":
@@ -458,8 +469,8 @@ def where_blocked(obs: Observation) -> str:
     for rank, p in sorted(obs.ranks().items()):
         c = p.open_call()
         if c is not None:
-            what = (f"{c.op}({c.peer})" if c.p2p else f"{c.op} #{_position(p, c)}") \
-                + f" at {c.site}"
+            what = (f"{c.name}({c.peer})" if c.p2p and c.peer else c.name if c.p2p
+                    else f"{c.op} #{_position(p, c)}") + f" at {c.site}"
             if p.size and (end := _endpoint(c)) is not None and end[1] >= p.size:
                 what += f" (there is no rank {end[1]} in a run of {p.size})"
         else:
