@@ -92,3 +92,16 @@ def test_one_cause_seen_in_two_runs_is_told_once(templates, numbers):
              for i, t in enumerate(templates)]
     once = told_once(hints)
     assert once == [hints[templates.index(t)] for t in dict.fromkeys(templates)]
+
+
+def test_one_deadlock_in_the_n_rank_and_the_one_rank_run_is_one_cause():
+    """Issue 63, finding 8: rank 0 waits in recv(src=1) in both runs; the one-rank run adds
+    that its peer does not exist. One mistake, one line; another deadlock stays."""
+    from tests.harness.diagnose.diagnosis import told_once
+
+    four = "deadlock: rank 0 blocked in recv(src=1) at main.py:153; ranks 1-3 in all_reduce"
+    one = ("deadlock: rank 0 blocked in recv(src=1) at main.py:153 (there is no rank 1 in a "
+           "run of 1)")
+    other = "deadlock: rank 0 blocked in send(dst=1) at main.py:160; ranks 1-3 in all_reduce"
+    assert told_once([four, one, other]) == [four, other]
+    assert told_once([one, four]) == [one]

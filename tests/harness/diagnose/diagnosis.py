@@ -265,9 +265,16 @@ def diagnose(invariant: str, violations: list[Violation], world_size: int = 4) -
 
 def told_once(hints: list[str]) -> list[str]:
     """Each cause once: hints that differ only in their numbers (a rank, a step, a run's
-    size: one deadlock seen in the N-rank run and in the one-rank run) are one cause, told
-    by the first."""
+    size) or in a run's own circumstance (one deadlock seen in the N-rank run and in the
+    one-rank run, where the peer does not exist) are one cause, told by the first."""
     seen: dict[str, str] = {}
     for h in hints:
-        seen.setdefault(re.sub(r"\d[\d,.]*", "#", h), h)
+        # a run's own circumstance is no other cause: the peer a rank waits on is missing
+        # from the one-rank run ("(there is no rank 1 in a run of 1)") as it hangs in the
+        # N-rank run
+        key = re.sub(r"\s*\(there is no rank \d+ in a run of \d+\)", "", h)
+        # a deadlock is where the first rank blocked, whoever else the run had to wait
+        blocked = re.search(r"deadlock: [^;]*?blocked in [^;]*", key)
+        key = key[:blocked.end()] if blocked else key
+        seen.setdefault(re.sub(r"\d[\d,.]*", "#", key), h)
     return list(seen.values())
