@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from tests import options, profiles
-from tests.harness.check.checks import Run
+from tests.harness.check.checks import Run, unwritten
 from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
 from tests.harness.check.observed_checks import unseen_ranks
 from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.observe.traces import rank_list
 from tests.harness.observe.violations import Violation, summarize
 from tests.harness.platforms import session
 from tests.harness.platforms.session import Grading
@@ -271,6 +272,18 @@ def _not_checked(record: Callable[[str, object], None], what: str, stopped: Run)
     pytest.fail(f"{what}: {line}", pytrace=False)
 
 
+def _not_logged(record: Callable[[str, object], None], what: str, silent: Run) -> None:
+    """Fail a check as a consequence of `silent`, a run that ended well but some of whose
+    ranks wrote no metrics file: one line, the contract violation told at no_deadlock."""
+    ranks = unwritten(silent)
+    files = ", ".join(f"rank-{r}.jsonl" for r in ranks)
+    line = (f"{NOT_CHECKED}the {silent.name} run's {rank_list(ranks)} wrote no metrics file "
+            f"({files}); see no_deadlock")
+    record("first_violation", line)
+    record("reason", f"{what}: {line}")
+    pytest.fail(f"{what}: {line}", pytrace=False)
+
+
 @pytest.fixture
 def run(run_cache: RunCache, impl: tuple[str, ...], request: pytest.FixtureRequest,
         record_property: Callable[[str, object], None]) -> Callable[[RunSpec], Run]:
@@ -366,6 +379,10 @@ def holds(record_property: Callable[[str, object], None], request: pytest.Fixtur
                 if first.invariant != "no_deadlock" else None
             if stopped is not None:  # a consequence: told in one line, the cause elsewhere
                 _not_checked(record_property, what, stopped)
+            silent = next((r for r in runs if unwritten(r)), None) \
+                if first.invariant != "no_deadlock" else None
+            if silent is not None:  # the contract violation first, as itself, at no_deadlock
+                _not_logged(record_property, what, silent)
             timelines = {r.name: str(t) for r in runs if (t := timeline_of(r)) is not None}
             if timelines:
                 record_property("timelines", json.dumps(timelines))

@@ -103,3 +103,18 @@ def test_ranks_that_raise_the_same_open_the_feedback_with_one_cause(tmp_path, re
     assert cause in went, went
     assert page.split("## What went wrong", 1)[0].count(cause) == 0, page  # told once, there
     assert "ForkProcess" not in page and "ForkProcess" not in json.dumps(results)
+
+
+@pytest.mark.grades  # a grading session (seconds): the hold-out mistakes' tier
+def test_ranks_that_write_no_metrics_are_told_as_the_contract_first(tmp_path, reference_only):
+    """Issue 63, finding 2: only rank 0 logs (tests/holdout/only_rank0_logs.py). The missing
+    files are the cause, told first as the contract violation they are, where the run's
+    ending is checked; every check that would read them says so in one line, and nothing
+    is inferred from their absence (no "ranks rolled back differently")."""
+    failed = _graded(tmp_path, ROOT / "tests" / "holdout" / "only_rank0_logs.py")
+    ending = next(o for n, o in failed.items() if "no_deadlock" in n and "[base]" in n)
+    assert "ranks 1-3 wrote no metrics file: run contract v1 asks every rank" in ending, ending
+    for name, out in _consequences(failed).items():
+        assert "not checked: the " in out and "wrote no metrics file" in out, (name, out)
+        assert "\n" not in out and "likely" not in out, (name, out)
+    assert "rolled back differently" not in "\n".join(failed.values())

@@ -45,6 +45,16 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def unwritten(run: Run) -> list[int]:
+    """The ranks whose metrics file a run that ended well never wrote: a contract violation
+    (every rank logs its own record), told as itself where the run's ending is checked; what
+    other checks would infer from the missing records is its consequence."""
+    if run.outcome.returncode != 0:
+        return []
+    return sorted(p.rank for p in run.parsed.problems
+                  if p.rank is not None and p.expected == "file" and p.found == "missing")
+
+
 def _relabel(invariant: str, problems: list[Violation]) -> list[Violation]:
     return [Violation(invariant, p.rank, p.step, p.expected, p.found, p.message)
             for p in problems]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from tests.harness.check.checks import LATE_GUARD
 from tests.harness.check.fault_checks import ATOMIC_HINT, FLAG_HINT, KILL_HINT
 from tests.harness.check.state_checks import WHOLE_HINT
+from tests.harness.observe.traces import rank_list
 from tests.harness.observe.violations import Violation
 
 Diagnoser = Callable[[list[Violation], int], list[str]]
@@ -67,6 +68,8 @@ ONE_PROCESS = ("one process did the work of N ranks: start N processes (mp.spawn
 TOO_MUCH = "more traffic per step than ZeRO-1 needs: 2(N-1)/N*P elements (2Ψ)"
 NEVER_REDUCED = ("the gradients are never reduced across ranks: reduce-scatter them (each "
                  "owner receives the average of its slice) before the update")
+UNLOGGED = ("{ranks} wrote no metrics file: run contract v1 asks every rank to write its own "
+            "metrics/rank-R.jsonl, a record for every step (not rank 0 alone)")
 ACCUMULATE = ("gradients accumulate across steps: they are never cleared (zero the gradients "
               "before each step's backward)")
 
@@ -187,6 +190,10 @@ def _rollback(vs: list[Violation], n: int) -> list[str]:
 
 def _deadlock(vs: list[Violation], n: int) -> list[str]:
     found: list[str] = []
+    silent = sorted({v.rank for v in vs if v.found == "nothing logged" and v.rank is not None})
+    if silent and not any(v.expected == "exit code 0" or str(v.found).startswith(
+            ("deadlock", "still running")) for v in vs):  # it ended well, files missing
+        found.append(UNLOGGED.format(ranks=rank_list(silent)))
     for v in vs:
         if str(v.found).startswith("deadlock"):
             if not any(f.startswith(DIFFERENT_CALLS) for f in found):  # the first run's
