@@ -17,6 +17,7 @@ from tests.harness.diagnose.diagnosis import (
     NOT_RECOVERED,
     ROWS,
     SUMMED,
+    TWICE,
     UPDATE,
     diagnose,
 )
@@ -40,6 +41,30 @@ def test_a_gradient_norm_N_times_the_single_rank_one_is_a_sum():
     for n in (2, 3, 4, 8):
         found = diagnose("single_process_parity", [parity(1, "grad_norm", 0.5, 0.5 * n)], n)
         assert found[0] == SUMMED
+
+
+def test_each_gradient_cause_is_told_on_its_signature_and_none_without():
+    """Issue 63, finding 1: a ratio of 1/N at every step is the division made twice (not one
+    shard's norm, ~1/sqrt(N)); below 1 with the loss intact, part of the gradient in the
+    norm; above 1 with the loss parting, no reduction; anything else is told as seen, with
+    the mistakes it is consistent with, and never one name."""
+    from tests.harness.diagnose.diagnosis import GRAD_SEEN, NOT_REDUCED, ONE_SHARD_NORM
+
+    def grads(ratios: list[float]) -> list[Violation]:
+        return [parity(s, "grad_norm", 2.0, 2.0 * r) for s, r in enumerate(ratios, 1)]
+
+    for n in (2, 4, 8):
+        twice = diagnose("single_process_parity", grads([1 / n] * 5), n)
+        assert twice == [TWICE.format(n=n)] and ONE_SHARD_NORM not in twice
+    shard = grads([0.52, 0.49, 0.55])  # one shard of four: ~1/sqrt(4), and not 1/4
+    assert diagnose("single_process_parity", shard, 4) == [ONE_SHARD_NORM]
+    local = [*grads([1.4, 1.6]), parity(2, "loss", 4.0, 4.1)]
+    assert diagnose("single_process_parity", local, 4)[0] == NOT_REDUCED
+    for odd in ([*grads([0.6]), parity(3, "loss", 4.0, 4.2)],  # below 1, and the loss parts
+                grads([1.02, 1.3])):                            # barely above, loss intact
+        [seen, *_] = diagnose("single_process_parity", odd, 4)
+        assert seen.startswith(GRAD_SEEN.split("{")[0]) and "consistent with" in seen
+        assert seen not in (ONE_SHARD_NORM, NOT_REDUCED, SUMMED)
 
 
 def rollback(rank: int) -> Violation:

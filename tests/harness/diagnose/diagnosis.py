@@ -30,6 +30,13 @@ ROWS = ("the ranks train on the wrong rows: rank r must take rows [r*B, (r+1)*B)
 SUMMED = "gradients summed, not averaged: divide the reduced gradient by N (the world size)"
 ONE_SHARD_NORM = ("the gradient norm is computed from one rank's shard only: sum the squared "
                   "shard norms over the ranks before the square root")
+TWICE = ("the gradient is divided by N twice: rank 0's gradient norm is 1/{n} of the one-rank "
+         "run's at every step (the loss divided by N before the backward, and the reduced "
+         "gradient again): average once")
+GRAD_SEEN = ("rank 0's gradient norm at step 1 is {r:.3g}x the one-rank run's while step 1's "
+             "loss agrees, and the loss {parts}: the gradient it steps with or logs is not the "
+             "global batch's mean; consistent with a gradient not reduced across ranks, a norm "
+             "computed from one rank's shard only, or a reduction of part of the gradient")
 NOT_REDUCED = ("gradients are not reduced across ranks: each owner updates its slice with "
                "its own local gradient (reduce-scatter with the mean)")
 UPDATE = ("step 1's loss agrees and later ones drift: the update is wrong, not the data "
@@ -89,6 +96,11 @@ def _equal_norms(vs: list[Violation], n: int) -> list[str]:
 
 
 def _parity(vs: list[Violation], n: int) -> list[str]:
+    """Each cause on its signature, read from rank 0's gradient norm against the one-rank
+    run's (their ratio per step) and from whether the loss parts: N at step 1, a sum; 1/N at
+    every step, a division by N made twice; below 1 while the loss never parts, a norm of part
+    of the gradient; above 1 with the loss parting after step 1, a gradient not reduced.
+    Where none holds, what was seen and the mistakes it is consistent with."""
     found = []
     by_key: dict[str, list[Violation]] = {}
     for v in vs:
@@ -96,17 +108,23 @@ def _parity(vs: list[Violation], n: int) -> list[str]:
         by_key.setdefault(key, []).append(v)
     loss, grad = by_key.get("loss", []), by_key.get("grad_norm", [])
     loss_at_1 = any(v.step == 1 for v in loss)
-    g1 = [v for v in grad if v.step == 1]
-    if g1:
-        want, got = _number(g1[0].expected), _number(g1[0].found)
-        if want and got is not None and math.isfinite(got):
-            ratio = got / want
-            if abs(ratio - n) < 0.05 * n:
-                found.append(SUMMED)
-            elif ratio < 0.95 and not loss_at_1:
-                found.append(ONE_SHARD_NORM)
-            elif not loss_at_1:
-                found.append(NOT_REDUCED)
+    ratios = {v.step: got / want for v in grad
+              if (want := _number(v.expected)) and (got := _number(v.found)) is not None
+              and math.isfinite(got)}
+    r1 = ratios.get(1)
+    if r1 is not None and not loss_at_1:
+        if abs(r1 - n) < 0.05 * n:
+            found.append(SUMMED)
+        elif len(ratios) >= 2 and all(abs(r * n - 1) < 0.02 for r in ratios.values()):
+            found.append(TWICE.format(n=n))
+        elif r1 < 0.95 and not loss:
+            found.append(ONE_SHARD_NORM)
+        elif r1 > 1.05 and loss:
+            found.append(NOT_REDUCED)
+        else:
+            found.append(GRAD_SEEN.format(r=r1, parts="parts from step "
+                                          f"{min(v.step or 0 for v in loss)} on" if loss
+                                          else "agrees at every step"))
     if loss_at_1:
         found += [ROWS, BROADCAST]
     elif loss:

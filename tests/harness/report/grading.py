@@ -205,8 +205,9 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                   f"{one_line(first, 400)}\n\n")
     if unchecked:
         note = (f"{unchecked} check(s) were not checked because a run they need did not "
-                f"finish or left its records unwritten: each earns {credit:.0%} of its points (the course's grading policy, "
-                "`not_checked_credit` in the grading config)." + (f"\n{note}" if note else ""))
+                f"finish or left its records unwritten: each earns {credit:.0%} of its "
+                "points (the course's grading policy, `not_checked_credit` in the grading "
+                "config)." + (f"\n{note}" if note else ""))
     results = {"score": 0.0, "execution_time": round(elapsed_s, 3),
                "output": f"{banner}Graded with suite seed {suite_seed} (every run's data and "
                          f"initial parameters are drawn from it) under the grading policy "
