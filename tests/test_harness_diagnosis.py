@@ -33,6 +33,21 @@ def test_a_loss_that_differs_at_step_1_lists_data_before_broadcast():
     assert diagnose("single_process_parity", [parity(1, "loss", 4.3, 4.1)]) == [ROWS, BROADCAST]
 
 
+def test_the_ranks_start_singles_out_the_broadcast_or_the_rows():
+    """Issue 63, finding 3: where the observer saw a rank get no parameters before its first
+    backward, the step-1 loss is the missing broadcast, never the rows; where every rank got
+    P elements, the rows; unseen, both are told as consistent."""
+    from tests.harness.check.checks import SYNCED, UNSYNCED
+
+    def step1(why: str) -> Violation:
+        v = parity(1, "loss", 4.3, 4.1)
+        return Violation(v.invariant, v.rank, v.step, v.expected, v.found, v.message + why)
+    assert diagnose("single_process_parity", [step1(f"; 1, 2, 3: {UNSYNCED} before the first "
+                                                    "backward")]) == [BROADCAST]
+    assert diagnose("single_process_parity", [step1(f"; every rank {SYNCED} before the "
+                                                    "first backward")]) == [ROWS]
+
+
 def test_a_loss_that_matches_at_step_1_and_drifts_after_is_the_update():
     assert diagnose("single_process_parity", [parity(2, "loss", 4.0, 4.1)]) == [UPDATE]
 

@@ -201,6 +201,25 @@ def test_one_process_claiming_four_ranks_and_no_observer_at_all():
     assert check_genuine_ranks(observed_run([rank_trace(0, 4, [])], 4))  # ranks 1-3 missing
 
 
+def test_a_rank_that_got_no_parameters_before_its_first_backward_is_unsynced():
+    """The evidence of a missing initial broadcast: ranks that received fewer than P
+    elements by collectives before their first backward (one call, or one per tensor)."""
+    from tests.harness.check.checks import unsynced_ranks
+
+    def ranks(sent: list[list[int]]) -> list[ProcessTrace]:
+        return [rank_trace(r, len(sent), [call("broadcast", k, t0=i) for i, k in
+                                          enumerate(sizes)], backward_at=50)
+                for r, sizes in enumerate(sent)]
+    assert unsynced_ranks(observed_run(ranks([[100], [60, 40], [100], [100]]), 4, P=100)) == []
+    late = ranks([[100]] * 4)
+    late[3].calls[0].t0 = 60  # after its first backward: no start of its own
+    assert unsynced_ranks(observed_run(late, 4, P=100)) == [3]
+    run = observed_run(ranks([[100], [], [10], [100]]), 4, P=100)
+    assert unsynced_ranks(run) == [1, 2]
+    run.observed = None
+    assert unsynced_ranks(run) is None
+
+
 def _memory_runs(P: int, persistent: dict[int, int],
                  same_storage: dict[int, int] | None = None) -> dict[int, Run]:
     runs = {}

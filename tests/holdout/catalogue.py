@@ -29,4 +29,6 @@ HOLDOUTS = (
             ("rolled back differently", "the guard decided")),
     Holdout("divided_twice", "divided by N twice",
             ("one rank's shard only", "summed, not averaged")),
+    Holdout("no_broadcast_norms_copied", "initial broadcast is missing",
+            ("the ranks train on the wrong rows",)),
 )

@@ -381,6 +381,24 @@ def parted_steps(run: Run, reference: Run, tolerances: dict[str, float]
 PARITY = {"loss": PARITY_LOSS_RTOL, "grad_norm": PARITY_GRAD_RTOL}
 
 
+def unsynced_ranks(run: Run) -> list[int] | None:
+    """The ranks that received fewer than P elements by collectives before their first
+    backward pass (no initial broadcast of the parameters, in one call or one per tensor);
+    None where the suite cannot tell (no observer, no P, a rank unseen or that never ran a
+    backward). A program whose ranks draw the same parameters needs no broadcast: this is
+    evidence only where the ranks' first steps part."""
+    obs, P = run.observed, run.parsed.n_params
+    if obs is None or not P:
+        return None
+    ranks = obs.ranks()
+    if sorted(ranks) != list(range(run.world_size)) or any(not p.backwards
+                                                          for p in ranks.values()):
+        return None
+    return [r for r, p in sorted(ranks.items())
+            if sum(max(c.numel_in, c.numel_out) for c in p.collectives()
+                   if c.t0 < p.backwards[0]) < 0.98 * P]
+
+
 def check_parity(base: Run, single: Run) -> list[Violation]:
     """N ranks x B rows and 1 rank x N*B rows agree at every step (the strongest check)."""
     inv = "single_process_parity"
@@ -389,10 +407,23 @@ def check_parity(base: Run, single: Run) -> list[Violation]:
         if key is None:
             out.append(Violation(inv, 0, s, "both runs log the step", "missing in " + (
                 "the N-rank run" if x == "run" else "the 1-rank run")))
-        else:
-            out.append(Violation(inv, 0, s, f"{key} {y!r} (1 rank) within {PARITY[key]:g} rel",
-                                 x, f"{base.world_size}-rank run diverges from 1 rank"))
+            continue
+        why = f"{base.world_size}-rank run diverges from 1 rank"
+        if s == 1 and key == "loss":  # what the ranks held when step 1 began, where seen
+            unsynced = unsynced_ranks(base)
+            if unsynced:
+                why += (f"; {', '.join(map(str, unsynced))}: {UNSYNCED} before "
+                        "the first backward")
+            elif unsynced == []:
+                why += f"; every rank {SYNCED} before the first backward"
+        out.append(Violation(inv, 0, s, f"{key} {y!r} (1 rank) within {PARITY[key]:g} rel",
+                             x, why))
     return out
+
+
+# What the step-1 parity violation says of the ranks' start (diagnosis reads it)
+UNSYNCED = "received no parameters by a collective"
+SYNCED = "received P elements by collectives"
 
 
 LATE_GUARD = "the rollback before step"  # how noticed_in_time's violations begin (expected)

@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Callable
 
-from tests.harness.check.checks import LATE_GUARD
+from tests.harness.check.checks import LATE_GUARD, SYNCED, UNSYNCED
 from tests.harness.check.fault_checks import ATOMIC_HINT, FLAG_HINT, KILL_HINT
 from tests.harness.check.state_checks import WHOLE_HINT
 from tests.harness.observe.traces import rank_list
@@ -125,8 +125,10 @@ def _parity(vs: list[Violation], n: int) -> list[str]:
             found.append(GRAD_SEEN.format(r=r1, parts="parts from step "
                                           f"{min(v.step or 0 for v in loss)} on" if loss
                                           else "agrees at every step"))
-    if loss_at_1:
-        found += [ROWS, BROADCAST]
+    if loss_at_1:  # the ranks' start, where the observer saw it, singles one cause out
+        said = " ".join(v.message for v in loss if v.step == 1)
+        found += [BROADCAST] if UNSYNCED in said else [ROWS] if SYNCED in said else \
+            [ROWS, BROADCAST]
     elif loss:
         found.append(UPDATE)
     return found
