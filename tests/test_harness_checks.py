@@ -160,3 +160,37 @@ def test_a_rollback_must_come_before_the_bad_update_is_kept(tmp_path_factory, ki
         assert found[0].step == logged and "before the rollback" in found[0].message
     at_the_end = Run("faulted", logged, 1, Outcome([], ".", 0, False, 0.0), parsed)
     assert noticed_in_time(at_the_end, kind, fault) == []  # a file written at the end
+
+
+def test_reductions_per_micro_batch_are_charged_by_their_count_alone():
+    """Issue 63, finding 7: a program that reduces every micro-batch's gradient (4 reductions
+    in step 1, its step clock moved by each, so only the first is digested) is charged by the
+    reduction count; its first reduction's input is no accumulated gradient to compare, so
+    the gradient check says nothing. One digested reduction each is compared as ever."""
+    from tests.harness.check.exercise_checks import check_accumulated_gradient
+    from tests.harness.observe.traces import Call, Observation, ProcessTrace
+
+    def digest(scale: float) -> dict[str, object]:
+        return {"n": 4096, "sum": 1.0 * scale, "sq": 4.0 * scale ** 2,
+                "sample": [scale * (i + 1) for i in range(16)]}
+
+    def run(reductions: list[tuple[int, float | None]], backwards: list[int]) -> Run:
+        ranks = []
+        for r in range(2):
+            calls = [Call(i, "reduce_scatter_tensor", 8192, 4096, "float32", [0, 1], "m.py:1",
+                          t0, t0 + 1, digest=None if s is None else digest(s))
+                     for i, (t0, s) in enumerate(reductions)]
+            ranks.append(ProcessTrace(pid=10 + r, rank=r, size=2, calls=calls,
+                                      backwards=backwards))
+        parsed = ParsedRun(out=Path("."), world_size=2)
+        return Run("r", 2, 2, Outcome([], ".", 0, False, 0.0), parsed,
+                   Observation(Path("."), ranks))
+
+    one = run([(5, 1.0), (15, 1.0)], [0, 10])
+    each = run([(5, 1.84), (15, None), (25, None), (35, None), (45, None)],
+               [0, 10, 20, 30, 40, 50, 60, 70])
+    assert check_accumulated_gradient(one, each, 4) == []
+    once = run([(35, 1.84), (75, 1.0)], [0, 10, 20, 30, 40, 50, 60, 70])
+    found = check_accumulated_gradient(one, once, 4)
+    assert [v.rank for v in found] == [0, 1] and all("norm ratio 1.84" in v.message
+                                                     for v in found)

@@ -129,6 +129,22 @@ def _step1_digests(p: ProcessTrace, per_step: int) -> list[dict[str, Any]]:
             if c.digest and start <= c.t0 < end]
 
 
+# Calls that may carry a gradient to its reduction (the observer's digest sizes them alike)
+_REDUCING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+             "all_to_all_single")
+
+
+def _step1_reductions(p: ProcessTrace, per_step: int) -> int:
+    """Gradient-sized reductions between the first backward of step 1 and the first of step
+    2, digested or not (the observer digests only its first step's, and a program that
+    reduces each micro-batch moves its step clock at every micro-batch)."""
+    if len(p.backwards) <= per_step:
+        return 0
+    start, end = p.backwards[0], p.backwards[per_step]
+    return sum(1 for c in p.calls if c.op in _REDUCING and c.numel_in >= 1024
+               and start <= c.t0 < end)
+
+
 def _close(a: float, b: float, scale: float) -> bool:
     return abs(a - b) <= REL * max(abs(a), abs(b)) + REL * scale
 
@@ -183,8 +199,11 @@ def check_accumulated_gradient(one: Run, many: Run, m: int) -> list[Violation]:
         if not base:
             continue  # the one-batch run's reduction was not seen (DDP's C++): nothing to
         #               compare against; its own checks say why
-        if len(acc) != len(base):
-            continue  # a different number of reductions: check_one_reduction tells it
+        per_many = manys[r].backwards_per_step(many.steps, m)
+        if len(acc) != len(base) or _step1_reductions(manys[r], per_many) != \
+                _step1_reductions(ones[r], ones[r].backwards_per_step(one.steps)):
+            continue  # a different number of reductions: check_one_reduction tells it, and
+        #               no one reduction's input is the step's gradient to compare
         for i, (b, a) in enumerate(zip(base, acc, strict=True)):
             if b["n"] != a["n"]:
                 break
