@@ -194,3 +194,35 @@ def test_reductions_per_micro_batch_are_charged_by_their_count_alone():
     found = check_accumulated_gradient(one, once, 4)
     assert [v.rank for v in found] == [0, 1] and all("norm ratio 1.84" in v.message
                                                      for v in found)
+
+
+def test_p_local_is_what_the_rank_holds_not_one_layout():
+    """Issue 63, finding 6: a tensor-parallel rank that holds the output projection's bias on
+    group rank 0 only has its own P_local; the optimizer_bytes of the parameters its backward
+    differentiates is right, as the lesson's layout's is; neither is charged."""
+    from tests.harness.check.composed_checks import check_composed_counts, local_params
+    from tests.harness.observe.traces import Observation, ProcessTrace
+
+    P, t, n = 30_080, 2, 4
+    layout = local_params(P, t)
+    held = {0: layout, 1: layout - 64, 2: layout, 3: layout - 64}  # bias (C = 32) x 2 blocks
+
+    def run(bytes_of: dict[int, int], observed: bool = True) -> Run:
+        parsed = ParsedRun(out=Path("."), world_size=n, summary={"n_params": P})
+        parsed.records = {r: {1: {"step": 1, "optimizer_bytes": b}} for r, b in bytes_of.items()}
+        traces = [ProcessTrace(pid=10 + r, rank=r, size=n, leaf_elements=[held[r]])
+                  for r in range(n)]
+        return Run("tp", 1, n, Outcome([], ".", 0, False, 0.0), parsed,
+                   Observation(Path("."), traces) if observed else None)
+
+    single = run({0: 12 * P})
+    single.parsed.summary = {"n_params": P}
+    own = {r: 12 * math.ceil(held[r] / (n // t)) for r in range(n)}
+    assert check_composed_counts(run(own), single, t) == []
+    assert check_composed_counts(run({r: 12 * math.ceil(layout / 2) for r in range(n)}),
+                                 single, t) == []
+    [v] = check_composed_counts(run({**own, 3: own[3] + 12}), single, t)
+    assert v.rank == 3 and "as its backward differentiates them" in v.expected
+    blind = check_composed_counts(run(own, observed=False), single, t)  # --no-observe: the
+    assert [v.rank for v in blind] == [1, 3]                              # layout alone
+    assert all("as its backward" not in v.expected for v in blind)

@@ -67,16 +67,26 @@ def check_composed_counts(tp: Run, single: Run, t: int) -> list[Violation]:
                                  f"n_params = {P:,}", n, "n_params counts the whole model"))
             break
     dp = tp.world_size // t
-    want = 12 * ceil_div(local_params(P, t), dp)
+    seen = {r: n for r, p in (tp.observed.trainers().items() if tp.observed else [])
+            if (n := p.model_elements()) is not None}
     for rank, recs in sorted(tp.parsed.records.items()):
+        # P_local as the rank holds it: the elements its backward differentiates, where the
+        # observer saw them (a bias kept on one rank of the group only is that rank's), else
+        # the lesson's layout (the heads' slices, the rest whole on every rank)
+        own = [("the lesson's layout", local_params(P, t))]
+        if seen.get(rank) not in (None, own[0][1]):
+            own.insert(0, ("as its backward differentiates them", seen[rank]))
+        wants = {12 * ceil_div(n, dp) for _, n in own}
         bad = next(((s, r["optimizer_bytes"]) for s, r in sorted(recs.items())
-                    if r.get("optimizer_bytes") != want), None)
+                    if r.get("optimizer_bytes") not in wants), None)
         if bad is not None:
+            said = " or ".join(f"12·ceil({n:,} / {dp}) = {12 * ceil_div(n, dp):,} ({how})"
+                               for how, n in own)
             out.append(Violation(INV, rank, bad[0], f"optimizer_bytes = 12·ceil(P_local / "
-                                 f"(N/T)) = 12·ceil({local_params(P, t):,} / {dp}) = {want:,}",
-                                 bad[1], "P_local is the rank's own parameters (its heads' "
-                                 "slices, the rest whole), sharded over its data-parallel "
-                                 f"group of {dp}"))
+                                 f"(N/T)) = {said}", bad[1],
+                                 "P_local is the rank's own parameters (its heads' slices, "
+                                 "the rest whole), sharded over its data-parallel group of "
+                                 f"{dp}"))
     return out
 
 
