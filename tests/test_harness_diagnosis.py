@@ -30,7 +30,22 @@ def parity(step: int, key: str, expected: float, found: float) -> Violation:
 
 
 def test_a_loss_that_differs_at_step_1_lists_data_before_broadcast():
-    assert diagnose("single_process_parity", [parity(1, "loss", 4.3, 4.1)]) == [ROWS, BROADCAST]
+    """Loss and gradient both part at step 1, unseen by the observer: both data causes."""
+    assert diagnose("single_process_parity", [parity(1, "loss", 4.3, 4.1),
+                                              parity(1, "grad_norm", 0.5, 0.6)]) == [
+        ROWS, BROADCAST]
+
+
+def test_a_logged_loss_alone_wrong_is_the_loss_not_the_data():
+    """A loss N times the one-rank run's at step 1 is a sum; another loss with the gradient
+    agreeing is the logged loss, never the rows or the broadcast (issue 63's hold-out
+    loss_summed was told "the ranks train on the wrong rows")."""
+    from tests.harness.diagnose.diagnosis import LOSS_ONLY, LOSS_SUMMED
+
+    for n in (2, 4):
+        assert diagnose("single_process_parity", [parity(1, "loss", 4.1, 4.1 * n)], n) == [
+            LOSS_SUMMED.format(n=n)]
+    assert diagnose("single_process_parity", [parity(1, "loss", 4.1, 4.3)], 4) == [LOSS_ONLY]
 
 
 def test_the_ranks_start_singles_out_the_broadcast_or_the_rows():
@@ -39,13 +54,14 @@ def test_the_ranks_start_singles_out_the_broadcast_or_the_rows():
     P elements, the rows; unseen, both are told as consistent."""
     from tests.harness.check.checks import SYNCED, UNSYNCED
 
-    def step1(why: str) -> Violation:
+    def step1(why: str) -> list[Violation]:
         v = parity(1, "loss", 4.3, 4.1)
-        return Violation(v.invariant, v.rank, v.step, v.expected, v.found, v.message + why)
-    assert diagnose("single_process_parity", [step1(f"; 1, 2, 3: {UNSYNCED} before the first "
-                                                    "backward")]) == [BROADCAST]
-    assert diagnose("single_process_parity", [step1(f"; every rank {SYNCED} before the "
-                                                    "first backward")]) == [ROWS]
+        return [Violation(v.invariant, v.rank, v.step, v.expected, v.found, v.message + why),
+                parity(1, "grad_norm", 0.5, 0.6)]
+    assert diagnose("single_process_parity", step1(f"; 1, 2, 3: {UNSYNCED} before the first "
+                                                   "backward")) == [BROADCAST]
+    assert diagnose("single_process_parity", step1(f"; every rank {SYNCED} before the "
+                                                   "first backward")) == [ROWS]
 
 
 def test_a_loss_that_matches_at_step_1_and_drifts_after_is_the_update():

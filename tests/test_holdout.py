@@ -1,6 +1,6 @@
 """The hold-out mistakes (tests/holdout/): each graded as a submission is caught, and the first
-cause its feedback tells is its own (right), never another mistake's name (wrong). A hint
-that names a mistake only on its signature keeps wrong at 0 here (`-m grades`)."""
+cause its feedback tells is its own (right) or a class of causes true of it (generic), never
+another mistake's name (wrong) (`-m grades`; bench/holdout.py writes the table)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.harness.platforms.session import Grading, grade
 from tests.harness.report.grading import root_causes
-from tests.holdout.catalogue import HOLDOUTS, Holdout
+from tests.holdout.catalogue import GENERIC, HOLDOUTS, RIGHT, Holdout
 
 pytestmark = [pytest.mark.grades, pytest.mark.slow, pytest.mark.long]
 
@@ -24,9 +24,8 @@ def test_a_holdout_mistake_is_caught_and_told_first_as_itself(tmp_path, referenc
     shutil.copy(mistake.program, sub / "main.py")
     results = grade(sub, tmp_path / "results.json",  # programs that import the reference
                     Grading(entry=f"{sys.executable} main.py", sees_reference=True).resolved())
-    causes = root_causes(results)
-    assert results["score"] < 100 and causes, results["output"][:2000]
-    assert mistake.right in causes[0], (mistake.name, causes)
-    said = "\n".join(str(t.get("output", "")) for t in results["tests"])
-    for name in mistake.wrong:
-        assert name not in said, (mistake.name, name, causes)
+    causes = root_causes(results) or [""]
+    verdict = mistake.verdict(results["score"], causes[0])
+    assert verdict in (RIGHT, GENERIC), (mistake.name, verdict, causes)
+    for name in mistake.wrong:  # what a student reads first names no other mistake
+        assert not any(name in c for c in causes), (mistake.name, name, causes)

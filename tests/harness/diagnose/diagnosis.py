@@ -30,6 +30,11 @@ ROWS = ("the ranks train on the wrong rows: rank r must take rows [r*B, (r+1)*B)
 SUMMED = "gradients summed, not averaged: divide the reduced gradient by N (the world size)"
 ONE_SHARD_NORM = ("the gradient norm is computed from one rank's shard only: sum the squared "
                   "shard norms over the ranks before the square root")
+LOSS_SUMMED = ("the logged loss is the sum over the ranks, not their mean: it is {n}x the one-rank "
+               "run's at step 1 (divide the all-reduced loss by N)")
+LOSS_ONLY = ("step 1's loss differs from the one-rank run's while its gradient norm agrees: the "
+             "data and the parameters are right, the logged loss is not (log the mean over "
+             "ranks of each rank's mean loss)")
 TWICE = ("the gradient is divided by N twice: rank 0's gradient norm is 1/{n} of the one-rank "
          "run's at every step (the loss divided by N before the backward, and the reduced "
          "gradient again): average once")
@@ -125,8 +130,14 @@ def _parity(vs: list[Violation], n: int) -> list[str]:
             found.append(GRAD_SEEN.format(r=r1, parts="parts from step "
                                           f"{min(v.step or 0 for v in loss)} on" if loss
                                           else "agrees at every step"))
-    if loss_at_1:  # the ranks' start, where the observer saw it, singles one cause out
-        said = " ".join(v.message for v in loss if v.step == 1)
+    first = next((v for v in loss if v.step == 1), None)
+    want, got = (_number(first.expected), _number(first.found)) if first else (None, None)
+    if first is not None and want and got is not None and abs(got / want - n) < 0.01 * n:
+        found.append(LOSS_SUMMED.format(n=n))  # N times the mean at step 1: a sum
+    elif first is not None and 1 not in ratios:  # the same gradient, another loss: the
+        found.append(LOSS_ONLY)                    # data is right, the loss is not
+    elif first is not None:  # the ranks' start, where the observer saw it, singles one out
+        said = first.message
         found += [BROADCAST] if UNSYNCED in said else [ROWS] if SYNCED in said else \
             [ROWS, BROADCAST]
     elif loss:
