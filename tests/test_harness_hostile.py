@@ -185,3 +185,28 @@ def test_ranks_out_of_the_observers_sight_are_not_graded_never_charged(reference
     assert check_genuine_ranks(hidden) == [] and check_zero_traffic(hidden) == []
     seen = run_cache.get((sys.executable, "-m", "capstone"), BASE)
     assert unseen_ranks(seen) is None and check_genuine_ranks(seen) == []
+
+
+def test_a_sandbox_that_fails_is_never_run_unconfined(tmp_path):
+    """Issue 62, fail closed: where nsinit cannot confine a run (here its run directory is
+    gone), the submission is never started; the report says why, and the runner's outcome
+    is not graded, never graded unconfined."""
+    from tests.harness.run import contain, nsinit
+
+    prefix = contain._unshare_prefix()
+    if prefix is None:
+        pytest.skip("no namespaces here: nothing for nsinit to confine")
+    ran, report = tmp_path / "ran", tmp_path / "sandbox.json"
+    wrapped = contain.wrap([sys.executable, "-c", f"open({str(ran)!r}, 'w')"],
+                           tmp_path / "gone", report, 1.0)
+    proc = subprocess.run(wrapped, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == nsinit.NOT_CONFINED, proc.stderr
+    assert not ran.exists() and "not started" in proc.stderr
+    assert json.loads(report.read_text())["filesystem"].startswith("not confined")
+    from tests.harness.run.runner import Outcome
+    from tests.harness.run.runs import unconfined
+
+    failed = Outcome([], ".", nsinit.NOT_CONFINED, False, 0.0)
+    failed.sandbox = json.loads(report.read_text())
+    assert unconfined(failed).startswith("the run's sandbox could not be set up (not confined")
+    assert unconfined(Outcome([], ".", 0, False, 0.0)) == ""

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the 
 from procfs import lingering, live_processes
 
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
+NOT_CONFINED = 125  # the exit code of a run whose sandbox failed: the submission never ran
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -112,8 +113,13 @@ def main() -> int:
         report["network"] = f"loopback not up: {e}"
     try:
         confine(args.run, args.hide, args.show)
-    except OSError as e:
+    except OSError as e:  # fail closed: never run the submission unconfined
         report["filesystem"] = f"not confined: {e}"
+        with open(args.report, "w") as f:
+            json.dump(report, f)
+        print(f"the run's sandbox could not be set up ({e}): the submission was not started",
+              file=sys.stderr)
+        return NOT_CONFINED
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=args.pass_fd)
     except OSError as e:

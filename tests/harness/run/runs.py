@@ -207,6 +207,17 @@ def longest_first(specs: Iterable[RunSpec]) -> list[RunSpec]:
     return sorted(dict.fromkeys(specs), key=lambda s: -s.world_size * s.steps)
 
 
+def unconfined(outcome: Outcome) -> str:
+    """Why a run is not graded where its sandbox failed (nsinit then never starts the
+    submission: fail closed), else ""."""
+    said = str(outcome.sandbox.get("filesystem", ""))
+    if not said.startswith("not confined"):
+        return ""
+    return (f"the run's sandbox could not be set up ({said}), so the submission was not run: "
+            "the grader's machine must allow the namespaces' mounts (or force the run-user "
+            "containment), then regrade")
+
+
 class RunCache:
     """`get(impl, spec)`: the finished run, computed by whichever worker asks first. A worker
     that would wait for a run another worker is computing starts one of the session's planned
@@ -377,6 +388,7 @@ class RunCache:
                     spoiled.peak_mb, outcome.peak_mb), self.mem_bytes) \
                     if outcome.oom_kills else \
                     starved(outcome)
+        outcome.not_graded = outcome.not_graded or unconfined(outcome)
         if not outcome.not_graded and not outcome.finished():
             # the grading hid the reference and nobody said whether the class may use it
             outcome.not_graded = unsaid.not_graded(outcome.first_error)
