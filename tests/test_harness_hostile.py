@@ -210,3 +210,27 @@ def test_a_sandbox_that_fails_is_never_run_unconfined(tmp_path):
     failed.sandbox = json.loads(report.read_text())
     assert unconfined(failed).startswith("the run's sandbox could not be set up (not confined")
     assert unconfined(Outcome([], ".", 0, False, 0.0)) == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["plan_prober", "plan_prober_libc"])
+def test_a_process_that_asks_the_plan_in_a_ranks_place_takes_the_fault_and_is_told(
+        reference_only, run_cache, name):
+    """Issue 62: a child forked from the launcher (by os.fork, or libc's fork that skips
+    Python's at-fork hooks) asks the plan every question a rank could ask. The plan answers
+    only the question of its fault's moment, once: the prober learns it only by taking it,
+    the rank then meets no fault, and the suite says so with the hint, never 100."""
+    from tests.harness.check.fault_checks import PLAN_HINT, check_nemesis
+    from tests.harness.diagnose.diagnosis import diagnose
+    from tests.harness.run.runs import nemesis_nan, nemesis_of
+
+    spec = nemesis_nan(0)
+    _, step, rank = nemesis_of(spec) or ("nan", 0, 0)
+    r = run_cache.get(impl(name), spec)
+    probe = json.loads((Path(r.parsed.out) / "probe.json").read_text())
+    assert probe["found"] == [f"backward {step} {rank}: {spec.nemesis}"], probe
+    [v] = check_nemesis(r, step, rank)
+    assert v.found == "taken" and v.message.endswith(PLAN_HINT), v
+    assert any("asked the suite's plan" in h for h in diagnose("rollback", [v])), v
+    clean = run_cache.get((sys.executable, "-m", "capstone"), spec)  # the rank asks itself
+    assert check_nemesis(clean, step, rank) == [] and clean.outcome.plan_fired

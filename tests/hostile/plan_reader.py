@@ -1,9 +1,9 @@
 """Looks for the suite's fault plan everywhere a run can read: its environment (os.environ
 and /proc/self/environ), its arguments, the files of its run directory, the socket the
-environment names (asking it again), and its parent's environment; writes every string it
-found that could name a fault (kind@step[:rank]) into plan.json in its --out, with every
-variable of its environment that names a seed of the suite's (from which the suite's public
-formula would draw the fault's step and rank), then ends."""
+environment names (asking it a question of its own), and its parent's environment; writes
+every string it found that could name a fault (kind@step[:rank]) into plan.json in its
+--out, with every variable of its environment that names a seed of the suite's (from which
+the suite's public formula would draw the fault's step and rank), then ends."""
 
 import contextlib
 import json
@@ -32,6 +32,7 @@ if where:
     try:
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(where)
+            s.sendall(b"backward 1 0\n")  # a question, as the observer asks them
             texts["socket"] = s.recv(4096).decode(errors="replace")
     except OSError as e:
         texts["socket"] = f"error {e}"

@@ -1,7 +1,8 @@
 """The suite's nemesis, loaded by the observer in runs the suite breaks on purpose.
 
-`KIND@S:R` (served to each process once by tests/harness/run/plan.py, never in the run's
-environment), with no `--inject` flag, at a time the program does not know:
+`KIND@S:R` (served by tests/harness/run/plan.py only to the question that names its moment,
+never in the run's environment), with no `--inject` flag, at a time the program does not
+know:
 - `nan@S:R`: rank R's gradients of training step S are non-finite: that step's first
   backward pass is seeded with NaN (`grad_tensors` of `torch.autograd.backward`,
   `grad_outputs` of `torch.autograd.grad`), so the NaN reaches the gradients however the
@@ -11,7 +12,7 @@ environment), with no `--inject` flag, at a time the program does not know:
 - `killsave@C:R`: rank R is SIGKILLed while it writes its shard of checkpoint C (the shard a
   `torch.save` of the contract's dict with `step` C): half of the shard's bytes reach the
   file the program named, then the process dies.
-Each fires once per process, the first time its step runs, never on a replay.
+Each fires once per run, the first time its step runs, never on a replay.
 """
 
 from __future__ import annotations
@@ -40,10 +41,6 @@ class Nemesis:
             return cls(kind, int(step), int(rank)) if kind in KINDS else None
         except ValueError:
             return None
-
-    def due(self, step: int, rank: int | None, kind: str) -> bool:
-        return (not self.fired and kind == self.kind and step == self.step
-                and (rank or 0) == self.rank)
 
     def kill(self) -> None:
         import os

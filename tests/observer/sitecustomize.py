@@ -110,7 +110,7 @@ class _Observer:
     def _settings(self) -> None:
         """What the run asks of the observer: its fault, whether to check that an announced
         NaN reached the gradients, where to walk memory."""
-        self.nemesis = _nemesis()
+        self.plan = os.environ.get("CAPSTONE_NEMESIS_SOCK") or None  # where faults are asked
         # A run told to inject a NaN (`--inject nan@S`): are its gradients really non-finite?
         argv = " ".join(getattr(sys, "orig_argv", sys.argv))
         self.check_grads = "--inject nan@" in argv or "--inject=nan@" in argv
@@ -429,9 +429,9 @@ class _Observer:
             except Exception as e:
                 record["work_error"] = repr(e)[:200]
             self.emit(record)
-            nemesis = self.nemesis
-            if nemesis is not None and nemesis.kind in ("nan", "kill") and \
-                    nemesis.due(self.steps, self.rank, nemesis.kind):
+            nemesis = _nemesis(self.plan, "backward", self.steps, self.rank) \
+                if self.plan and starts else None
+            if nemesis is not None:
                 self.emit({"ev": "nemesis", "kind": nemesis.kind, "step": self.steps,
                            "rank": self.rank, "backward": self.backwards,
                            "t": time.time_ns()})
@@ -528,9 +528,9 @@ class _Observer:
 
         @functools.wraps(real)
         def observed(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            nemesis = self.nemesis
-            if nemesis is not None and isinstance(obj, dict) and isinstance(
-                    obj.get("step"), int) and nemesis.due(obj["step"], self.rank, "killsave"):
+            nemesis = _nemesis(self.plan, "save", obj["step"], self.rank) if self.plan and \
+                isinstance(obj, dict) and isinstance(obj.get("step"), int) else None
+            if nemesis is not None and nemesis.kind == "killsave":
                 import time
 
                 self.emit({"ev": "nemesis", "kind": "killsave", "step": obj["step"],
@@ -558,12 +558,11 @@ class _Observer:
         torch.save = torch.serialization.save = observed
 
 
-def _nemesis() -> Any:
-    """The suite's fault plan for this run, asked of the runner once, at this interpreter's
-    start (tests/harness/run/plan.py): the environment names only where to ask."""
-    where = os.environ.get("CAPSTONE_NEMESIS_SOCK")
-    if not where:
-        return None
+def _nemesis(where: str, when: str, step: int, rank: int | None) -> Any:
+    """The suite's fault for this moment, asked of the runner's plan (tests/harness/run/
+    plan.py) as it comes: at a training step's first backward (`when` "backward") or a
+    checkpoint's save ("save") of `step` on `rank`. The plan answers only where its fault
+    fires, once: no process learns the kind, step or rank of a fault before it meets it."""
     import socket
 
     got = b""
@@ -571,18 +570,18 @@ def _nemesis() -> Any:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(5.0)
             s.connect(where)
+            s.sendall(f"{when} {step} {rank or 0}\n".encode())
             while chunk := s.recv(4096):
                 got += chunk
-    except OSError:  # no plan for this process (asked before): the program's own ask
+    except OSError:  # no plan (the run is over, or none was made)
         return None
-    spec = got.decode(errors="replace")
-    if not spec:
+    if not got:
         return None
     try:
         from _observer_nemesis import Nemesis
     except ImportError:  # never let the observer break the run
         return None
-    return Nemesis.parse(spec)
+    return Nemesis.parse(got.decode(errors="replace"))
 
 
 def _call_site() -> str:

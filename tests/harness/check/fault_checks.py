@@ -36,6 +36,7 @@ INV = "rollback"
 SPIKE = 2.0  # the contract's spike: a loss above twice the previous step's
 REPLAY_RTOL = 1e-6  # a replayed step gives back its first numbers (bit-identical in a correct run)
 FLAG_HINT = "the guard must read the numbers, not the flag"
+PLAN_HINT = "the guard must read the numbers, not ask the suite's plan"
 
 
 def check_nemesis(run: Run, step: int, rank: int, kind: str = "nan") -> list[Violation]:
@@ -53,6 +54,11 @@ def check_nemesis(run: Run, step: int, rank: int, kind: str = "nan") -> list[Vio
     where = f"ran no backward pass of step {step}" if kind != "killsave" else \
         f"saved no shard of checkpoint {step}"
     o = run.outcome
+    if o.plan_fired:  # the plan answered, and no rank made the fault: asked in its place
+        return [Violation(INV, rank, step, f"the suite's {fault}", "taken",
+                          f"rank {rank} reached step {reached}, but another process of the "
+                          "run had asked the suite's fault plan for that moment in its place "
+                          f"(the plan answers once): {PLAN_HINT}")]
     stopped = not o.finished()
     return [Violation(INV, rank, step, f"the suite's {fault}", "never made",
                       ("not checked: " if stopped else "") + f"rank {rank} {where} (it "

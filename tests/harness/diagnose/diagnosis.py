@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 
 from tests.harness.check.checks import LATE_GUARD, SYNCED, UNSYNCED
-from tests.harness.check.fault_checks import ATOMIC_HINT, FLAG_HINT, KILL_HINT
+from tests.harness.check.fault_checks import ATOMIC_HINT, FLAG_HINT, KILL_HINT, PLAN_HINT
 from tests.harness.check.state_checks import WHOLE_HINT
 from tests.harness.observe.traces import rank_list
 from tests.harness.observe.violations import Violation
@@ -189,6 +189,9 @@ def _resume_files(vs: list[Violation]) -> list[str]:
 def _rollback(vs: list[Violation], n: int) -> list[str]:
     if any(v.message.startswith("gradients accumulate") for v in vs):
         return [ACCUMULATE]
+    taken = [v for v in vs if v.message.endswith(PLAN_HINT)]
+    if taken:  # the plan answered a process that was not the rank: the evidence is the plan's
+        return [f"the guard asked the suite's plan, not the numbers: {taken[0].message}"]
     flagged = [v for v in vs if v.message.endswith(FLAG_HINT)]
     if flagged:  # the rollback is claimed, the fault never met: its words are the hint
         return [f"the guard read the --inject flag, not the numbers: {flagged[0].message}"]

@@ -3,19 +3,21 @@ without the run being able to read it: nothing in the run's environment, argumen
 or /proc names the kind, step or rank of the fault before it happens.
 
 The runner serves the plan on a Unix socket in the run's directory; the run's environment
-names only the socket. Each process's observer asks once, at its interpreter's start, before
-the program's first line runs; the server answers each process (its pid, from the kernel's
-SO_PEERCRED) once, so the program asking again from a process gets nothing. A forked child
-inherits its parent's observer, plan included; a fresh interpreter's observer asks itself.
-What stays out of reach: a program that reads its own observer's memory, or starts an
-interpreter without the observer to ask in its place (docs/observer.md, the threat model).
+names only the socket. The observer asks as the run goes, at each training step's first
+backward ("backward STEP RANK") and each checkpoint's save ("save STEP RANK"), and the plan
+answers only where its fault fires: the question that names its moment (a NaN or a kill at
+a step's backward, a torn save at a checkpoint's), once for the whole run; every other
+question, and any after it fired, gets nothing. So no process of the run, forked or fresh,
+learns the fault before the rank meets it: a process that guesses the moment in the rank's
+place takes the fault from it (the suite then sees its fault never made, and charges it).
+What stays out of reach: a program that reads its own observer's memory (docs/observer.md,
+the threat model).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
-import struct
 import threading
 from pathlib import Path
 
@@ -40,7 +42,8 @@ class PlanServer:
                           "/tmp/NAME, or a shorter TMPDIR)")
         self.path.unlink(missing_ok=True)
         self.plan = plan.encode()
-        self.served: set[int] = set()
+        self.fired = False
+        self.lock = threading.Lock()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(self.path))
         self.path.chmod(0o666)  # the run user's processes connect too
@@ -55,13 +58,30 @@ class PlanServer:
                 conn, _ = self.sock.accept()
             except OSError:  # closed: the run is over
                 return
-            with conn:
-                pid = struct.unpack("3i", conn.getsockopt(
-                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
-                if pid not in self.served:
-                    self.served.add(pid)
-                    with contextlib.suppress(OSError):
-                        conn.sendall(self.plan)
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(2.0)  # a question is one short line, sent at once
+                asked = b""
+                while b"\n" not in asked and len(asked) < 64:
+                    chunk = conn.recv(64)
+                    if not chunk:
+                        break
+                    asked += chunk
+                if self.fires(asked.decode(errors="replace").strip()):
+                    conn.sendall(self.plan)
+
+    def fires(self, question: str) -> bool:
+        """Whether `question` ("backward STEP RANK" or "save STEP RANK") names the moment the
+        plan's fault fires, the first time it is asked (the fault fires once per run)."""
+        with self.lock:
+            if self.fired:
+                return False
+            kind, _, where = self.plan.decode().partition("@")
+            step, _, rank = where.partition(":")
+            when = "save" if kind == "killsave" else "backward"
+            if question.split() == [when, step, rank]:
+                self.fired = True
+                return True
+            return False
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -90,6 +90,7 @@ class Outcome:
     reached_collective: bool = False  # some rank of it entered a collective or a send
     first_error: str = ""  # the first exception (rank, error, line) or signal in its stderr
     crash_source: str = ""  # the submission's lines around the line that raised it
+    plan_fired: bool = False  # the suite's fault plan answered a question (its fault fired)
 
     def save(self, path: Path) -> None:
         """Atomically, and never through a link a run may have planted at `path`."""
@@ -501,5 +502,6 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                    after_kill_s=watch.after_kill_s if watch.nemesis.startswith("kill")
                    else 0.0,
                    reached_collective=reached,
-                   first_error=crashed.said, crash_source=crashed.around())
+                   first_error=crashed.said, crash_source=crashed.around(),
+                   plan_fired=plans is not None and plans.fired)
 
