@@ -233,16 +233,22 @@ class _Observer:
                     record.update(op=op, describe_error=repr(e)[:200])
             record.update(ev="call", op=op, i=index, site=_call_site(), t0=time.time_ns())
             self.emit(record)
-            try:
-                result = run()
-            except BaseException as e:
-                self.emit({"ev": "end", "i": index, "t1": time.time_ns(),
-                           "error": type(e).__name__})
-                raise
-            self.emit({"ev": "end", "i": index, "t1": time.time_ns()})
-            return result
+            return self._ended(index, run)
         finally:
             self.local.depth = 0
+
+    def _ended(self, index: int, run: Callable[[], Any]) -> Any:
+        """`run()`, with the end of recorded call `index` (or the error it ended with)."""
+        import time
+
+        try:
+            result = run()
+        except BaseException as e:
+            self.emit({"ev": "end", "i": index, "t1": time.time_ns(),
+                       "error": type(e).__name__})
+            raise
+        self.emit({"ev": "end", "i": index, "t1": time.time_ns()})
+        return result
 
     def _awaited(self, result: Any, op: str, record: dict[str, Any]) -> Any:
         """An asynchronous call's Work (or a batch's list of them), whose `wait()` is then
@@ -269,14 +275,7 @@ class _Observer:
             index = self.calls
             self.emit({**what, "ev": "call", "op": "wait", "i": index, "site": _call_site(),
                        "t0": time.time_ns()})
-            try:
-                out = run()
-            except BaseException as e:
-                self.emit({"ev": "end", "i": index, "t1": time.time_ns(),
-                           "error": type(e).__name__})
-                raise
-            self.emit({"ev": "end", "i": index, "t1": time.time_ns()})
-            return out
+            return self._ended(index, run)
         finally:
             self.local.depth = 0
 

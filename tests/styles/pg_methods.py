@@ -9,20 +9,12 @@ torch.distributed function makes a collective (apis.py's ByProcessGroup). Ranks 
 import sys
 
 import lesson
-import torch.distributed as dist
 import torch.multiprocessing as mp
+from flat_parameter import rank_main
 
 STYLE = lesson.Style(api="pg_methods")
 
-
-def rank_main(rank: int, argv: list[str]) -> None:
-    a = lesson.parse(argv)
-    dist.init_process_group("gloo", init_method=f"file://{a.out}/.rendezvous", rank=rank,
-                            world_size=a.world_size)
-    lesson.train(rank, a.world_size, a, STYLE)
-
-
 if __name__ == "__main__":
     argv = sys.argv[1:]
-    mp.start_processes(rank_main, args=(argv,), nprocs=lesson.parse(argv).world_size,
+    mp.start_processes(rank_main, args=(argv, STYLE), nprocs=lesson.parse(argv).world_size,
                        start_method="fork")

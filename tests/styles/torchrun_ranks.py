@@ -10,13 +10,19 @@ import sys
 import lesson
 import torch.distributed as dist
 
-if __name__ == "__main__":
+
+def launch(style: lesson.Style) -> int:
+    """This script's ranks under torchrun (`--standalone`), each training in `style`."""
     argv = sys.argv[1:]
     a = lesson.parse(argv)
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a rank torchrun started
         rank, n = lesson.env_rank()
         dist.init_process_group("gloo")
-        lesson.train(rank, n, a, lesson.Style())
-    else:
-        sys.exit(subprocess.call([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                  f"--nproc-per-node={a.world_size}", __file__, *argv]))
+        lesson.train(rank, n, a, style)
+        return 0
+    return subprocess.call([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            f"--nproc-per-node={a.world_size}", sys.argv[0], *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(launch(lesson.Style()))
