@@ -85,6 +85,12 @@ def describe(op: str, bound: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def waited_on(op: str, record: dict[str, Any]) -> dict[str, Any]:
+    """What a wait on the Work of call `record` (op `op`) records: the call it waits on."""
+    return {"of": op, "group": record.get("group"), "numel_in": 0, "numel_out": 0,
+            **({"peer": record["peer"]} if "peer" in record else {})}
+
+
 REDUCING = ("all_reduce", "reduce")
 # Calls whose input may be a gradient on its way to a reduction (a reduce-scatter written as
 # an all-to-all too): a digest of what the rank puts in during the first training step, to

@@ -174,7 +174,8 @@ def _kernel(observer: Any, ns: str, name: str, target: Any) -> Callable[..., Any
     below = torch._C._AutoDispatchBelowAutograd
     schema = target._schema
     wait = torch.ops._c10d_functional.wait_tensor.default
-    functional = ns == "_c10d_functional"
+    # a functional collective is waited on in its own call; wait_tensor is that wait
+    functional = ns == "_c10d_functional" and name != "wait_tensor"
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         def run() -> Any:
@@ -197,9 +198,9 @@ def _kernel(observer: Any, ns: str, name: str, target: Any) -> Callable[..., Any
         if op == "recv":
             observer.received([bound.get("tensor")])
         if not functional:
-            _remember(result, {"of": op, "group": record.get("group"), "numel_in": 0,
-                               "numel_out": 0, **({"peer": record["peer"]}
-                                                  if "peer" in record else {})})
+            import _observer_calls
+
+            _remember(result, _observer_calls.waited_on(op, record))
         return result
     return kernel
 

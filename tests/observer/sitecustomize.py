@@ -254,8 +254,7 @@ class _Observer:
         """An asynchronous call's Work (or a batch's list of them), whose `wait()` is then
         recorded as a blocking call of its own (op "wait"): a rank sitting in it is blocked
         in that call, as in a blocking one (a ring of isend/irecv waits there)."""
-        what = {"of": op, "group": record.get("group"), "numel_in": 0, "numel_out": 0,
-                **({"peer": record["peer"]} if "peer" in record else {})}
+        what = _calls.waited_on(op, record)
         if isinstance(result, list):
             return [_Awaited(w, self, what) if hasattr(w, "wait") else w for w in result]
         return _Awaited(result, self, what) if hasattr(result, "wait") else result
