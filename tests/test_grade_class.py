@@ -196,9 +196,12 @@ def contained(request: pytest.FixtureRequest, tmp_path: Path,
 @pytest.mark.long
 @pytest.mark.slow
 def test_a_submission_cannot_read_its_classmates_or_the_grades(contained):
-    """A reader (tests/hostile/peek.py) walks the class folder and the outputs, and reads its
-    classmate's folder and file, the outputs and the project's reference by name, then
-    raises what it read: none of a classmate's bytes reach its feedback or the CSV. Under
+    """A reader (tests/hostile/undo.py) first tries to undo its sandbox (remount, unmount,
+    bind-mount, the cgroups, /proc/sys, ptrace, setuid) and to write into its classmate's
+    folder, then walks the class folder and the outputs, and reads its classmate's folder
+    and file, the outputs and the project's reference by name, then raises what it read:
+    none of a classmate's bytes reach its feedback or the CSV, and nothing of the
+    classmate's changes (issue 62: the program holds no privilege to undo the hiding). Under
     namespaces the run sees those folders empty but for its own submission; with unshare
     refused (an `unshare` that exits 1 first on PATH, as in Gradescope's and PrairieLearn's
     Docker boxes) the run user is denied them by an ACL entry for the run
@@ -208,7 +211,7 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(contained):
     for name in ("a_reader", "b_secret"):
         (subs / name).mkdir(parents=True)
     hostile = Path(__file__).parent / "hostile"
-    (subs / "a_reader" / "main.py").write_text((hostile / "peek.py").read_text())
+    (subs / "a_reader" / "main.py").write_text((hostile / "undo.py").read_text())
     (subs / "a_reader" / "_common.py").write_text((hostile / "_common.py").read_text())
     reference = Path(__file__).resolve().parents[1] / "capstone"
     (subs / "a_reader" / "guess.txt").write_text("\n".join([  # by name: folders and files
@@ -218,7 +221,13 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(contained):
     (subs / "roster.csv").write_text(f"b_secret,{secret}\n")
     g = Grading(entry=f"{sys.executable} main.py", run_timeout_s=5, suite_seed=0,
                 session_timeout_s=120, file_mb=4, runs_at_once=1, hidden=(subs, out))
+    def classmate() -> dict[str, tuple[int, bytes]]:
+        return {str(p): (p.stat().st_mode, p.read_bytes() if p.is_file() else b"")
+                for p in [subs / "b_secret", *(subs / "b_secret").rglob("*")]}
+
+    before = classmate()
     grades = grade_class(subs, out, g, jobs=1, progress=False)
+    assert classmate() == before  # nothing written there, no mode changed
     reader = (out / "feedback" / "a_reader.md").read_text()
     assert "read 0 files of others" in reader, reader[:2000]
     assert secret not in reader

@@ -161,6 +161,26 @@ def test_a_run_cannot_edit_the_suite_or_the_results_file_or_signal_the_suite(
     assert r.outcome.returncode == 0 and not r.outcome.survivors, r.outcome.reason()
 
 
+def test_a_run_cannot_undo_its_sandbox(contained, tmp_path, monkeypatch):
+    """Issue 62: tests/hostile/undo.py remounts / writable, unmounts the mounts that hide a
+    class, bind-mounts /, joins the root cgroup and makes one, writes /proc/sys, ptraces
+    PID 1, takes uid 0 and writes into the suite's checkout: every attempt is refused, as the
+    program holds no privilege (nsinit's drop to an unprivileged user, or the run user's)."""
+    import json
+
+    planted = ROOT / "tests" / "undo-was-here.txt"
+    monkeypatch.setenv("CAPSTONE_TAMPER_TARGETS", str(planted))
+    try:
+        r = cache(tmp_path / "runs", bound=10).get(hostile("undo.py"), BASE)
+        done = json.loads((r.parsed.out / "undo.json").read_text())
+    finally:
+        written = planted.exists()
+        planted.unlink(missing_ok=True)
+    assert not written, done
+    assert len(done) == 9 and all(v.startswith("refused") for v in done.values()), done
+    assert r.outcome.sandbox.get("privileges", "none").startswith("none"), r.outcome.sandbox
+
+
 def test_links_a_run_plants_are_never_followed_by_the_suite(contained, tmp_path,
                                                             monkeypatch):
     """The suite (root) opens a run's files to the next run's user: never through a link."""

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import cast
 
@@ -117,14 +119,19 @@ def test_impl_may_be_one_absolute_path(tmp_path):
     run_sh.write_text(f'#!/bin/sh\nexec {sys.executable} -m capstone "$@"\n')
     run_sh.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CAPSTONE_"))}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                           "-k", "invariant and no_deadlock and base", "--basetemp",
-                           str(tmp_path / "bt"), "--impl", str(run_sh)], cwd=ROOT, env=env,
-                          text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          timeout=280)
-    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:]
-    argvs = [json.loads(p.read_text())["argv"][0]
-             for p in (tmp_path / "bt").rglob("outcome.json")]
+    # a basetemp outside pytest's own root, whose runs stay there (under an unprivileged run
+    # user, runs below pytest-of-USER are kept elsewhere for the session: contain.user_root)
+    bt = Path(tempfile.mkdtemp(prefix="capstone-bt-"))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                               "-k", "invariant and no_deadlock and base", "--basetemp",
+                               str(bt / "bt"), "--impl", str(run_sh)], cwd=ROOT, env=env,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=280)
+        assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:]
+        argvs = [json.loads(p.read_text())["argv"][0] for p in bt.rglob("outcome.json")]
+    finally:
+        shutil.rmtree(bt, ignore_errors=True)
     assert argvs == [str(run_sh)], argvs  # the one run the selected check reads
 
 

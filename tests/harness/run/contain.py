@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from tests.harness.run import acl
+from tests.harness.run import acl, privileges
 from tests.harness.run.procfs import live_processes
 
 if TYPE_CHECKING:
@@ -47,6 +47,9 @@ MARKER_SCAN = "marker-scan"
 USER = "run-user"
 FORCE_VAR = "CAPSTONE_CONTAINMENT"  # "run-user" or "marker-scan" forces that fallback
 RUN_USER = "capstone-run"  # one user: runs under it go one at a time on the machine (`lease`)
+# The user of programs in namespaces: another than RUN_USER, whose every process the run-user
+# containment ends after each of its runs (a grading forced to it may share the machine)
+NS_USER, NS_FALLBACK_UID = "capstone-ns", 61_235
 # How long after a run ends a process of it may still be exiting (here and, passed on its
 # command line, in nsinit inside a namespace): 1 s was too short for a tutorial-style run's
 # resource tracker on 2 busy cores, and a grading box may have half a CPU.
@@ -85,15 +88,19 @@ def _unshare_prefix() -> tuple[str, ...] | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
 def run_user() -> tuple[int, int] | None:
     """(uid, gid) of the dedicated run user, created if missing; None unless root and a
     process of that user can start this interpreter. A directory on the interpreter's way
     that is closed to other users (a home of mode 0700 holding a pyenv, conda or venv) is
     opened to that user alone, for passage only (`grant_passage`)."""
+    return _ready_user(RUN_USER, FALLBACK_UID)
+
+
+@functools.lru_cache(maxsize=2)
+def _ready_user(name: str, fallback: int) -> tuple[int, int] | None:
     if os.geteuid() != 0 or os.environ.get(FORCE_VAR) == MARKER_SCAN:
         return None
-    found = _user(RUN_USER, FALLBACK_UID)
+    found = _user(name, fallback)
     if _can_start(found):
         return found
     grant_passage(found[0], closed_dirs(interpreter_paths()))
@@ -184,12 +191,20 @@ def admitted(mode: str) -> Iterator[tuple[int, int] | None]:
 
 
 def become(ids: tuple[int, int]) -> Callable[[], None]:
-    """A preexec function: drop to the run user (no supplementary groups)."""
-    def drop() -> None:
-        os.setgroups([])
-        os.setgid(ids[1])
-        os.setuid(ids[0])
-    return drop
+    """A preexec function: drop to the run user (no supplementary groups), with no
+    capability and no way to gain one (tests/harness/run/privileges.py)."""
+    return functools.partial(privileges.drop, ids)
+
+
+def program_user(mode: str) -> tuple[int, int] | None:
+    """Under namespace containment, the unprivileged user a run's program runs as (nsinit
+    drops to it): the run user, where the suite runs as root; None in a user namespace (the
+    program is then its root, whose every capability nsinit drops: outside, it is the
+    grader's own uid, and every mount is read-only to it). Nsinit refuses to start a program
+    as the host's root."""
+    if mode != NAMESPACES or os.geteuid() != 0:
+        return None
+    return _ready_user(NS_USER, NS_FALLBACK_UID)
 
 
 def mode() -> str:
@@ -241,6 +256,12 @@ def user_root(root: Path) -> Path:
     return USER_RUNS / f"{session}-{digest}"
 
 
+def reset_by_pytest(root: Path) -> bool:
+    """Whether `root` lies in pytest's own temporary root (`pytest-of-USER`), whose mode
+    each new pytest session sets back to 0700 (a `--basetemp` given is left as it is)."""
+    return any(d.name.startswith("pytest-of-") for d in root.resolve().parents)
+
+
 def remove_user_roots(session: str) -> None:
     for d in USER_RUNS.glob(f"{session}-*") if USER_RUNS.is_dir() else []:
         shutil.rmtree(d, ignore_errors=True)
@@ -279,9 +300,24 @@ def _open_for_reading(folder: Path, force: bool) -> None:
     folder.chmod(folder.stat().st_mode | 0o005)
 
 
-def open_to(run_dir: Path, ids: tuple[int, int], cwd: Path | None = None) -> None:
+def programs_folders(argv: list[str]) -> list[Path]:
+    """The folders of the program files `argv` names by path (`/abs/run.sh`, `python
+    sub/main.py`), the interpreter's own excepted: the run user must read them too."""
+    python = interpreter_paths()
+    found = []
+    for arg in argv[:2]:
+        path = Path(arg)
+        if "/" in arg and path.is_file():
+            folder = path.resolve().parent
+            if not any(folder == p or folder.is_relative_to(p) for p in python):
+                found.append(folder)
+    return found
+
+
+def open_to(run_dir: Path, ids: tuple[int, int], cwd: Path | None = None,
+            programs: list[Path] | None = None) -> None:
     """Give the run user its run directory, a way through the directories above it, and
-    read access to the folder it runs in."""
+    read access to the folder it runs in and to `programs` (`programs_folders`)."""
     _traversable(run_dir)
     os.chown(run_dir, *ids)
     for top, dirs, files in os.walk(run_dir, followlinks=False):  # the suite's, so far
@@ -292,6 +328,9 @@ def open_to(run_dir: Path, ids: tuple[int, int], cwd: Path | None = None) -> Non
         # pytest starting elsewhere sets its /tmp/pytest-of-USER back to 0700)
         _traversable(cwd.resolve())
         readable(cwd.resolve())
+    for folder in programs or []:
+        _traversable(folder)
+        readable(folder)
 
 
 def user_processes(uid: int) -> list[int]:
@@ -342,15 +381,19 @@ def hidden_folders() -> list[str]:
 
 
 def wrap(argv: list[str], run_dir: Path, report: Path, grace_s: float,
-         pass_fds: tuple[int, ...] = (), cwd: Path | None = None) -> list[str]:
+         pass_fds: tuple[int, ...] = (), cwd: Path | None = None,
+         user: tuple[int, int] | None = None) -> list[str]:
     """`argv` as started inside its own namespaces (unchanged under the marker scan); nsinit
     gives a process still exiting `grace_s` (the runner's `Watch.grace_s`) before it counts
-    as a survivor, and hands `pass_fds` on to the command. The session's hidden folders are
-    empty in the run's view, but for its own working directory (its submission)."""
+    as a survivor, hands `pass_fds` on to the command and starts it as `user` (uid, gid)
+    without privileges. The session's hidden folders are empty in the run's view, but for
+    its own working directory (its submission)."""
     prefix = _unshare_prefix()
     if prefix is None:
         return argv
     passed = [f"--pass-fd={fd}" for fd in pass_fds]
+    if user is not None:
+        passed.append(f"--user={user[0]}:{user[1]}")
     passed += [f"--hide={h}" for h in hidden_folders()]
     if cwd is not None and hidden_folders():
         passed.append(f"--show={cwd.resolve()}")

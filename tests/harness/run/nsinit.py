@@ -4,9 +4,13 @@ outlived it, and end (the kernel then ends every process left in the PID namespa
 `python -I -S nsinit.py --run DIR --report FILE -- ARGV...`, started by `unshare --pid --fork
 --mount-proc --net --mount` (tests/harness/run/contain.py). It brings the loopback interface up
 (gloo finds no interface without it), gives the run a private /tmp (an overlay over the old
-one, its writes kept in a tmpfs at DIR/tmp) and /dev/shm, and makes every other path
-read-only, DIR excepted. Standard library only, and `-I -S`: it never loads the suite's observer
-or anything of the submission's.
+one, its writes kept in a tmpfs at DIR/tmp) and /dev/shm, and makes every other mount
+read-only, DIR excepted (/sys, /proc/sys and the cgroup files too). The program then starts
+without a privilege (tests/harness/run/privileges.py): as the run user where `--user` names
+it, with no capability and `no_new_privs`, so that it cannot undo any of this (remount,
+unmount, write the cgroups); where it still holds one, it is ended and the run is not
+graded. Standard library only, and `-I -S`: it never loads the suite's observer or anything
+of the submission's.
 """
 
 from __future__ import annotations
@@ -16,15 +20,22 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's own out
+from privileges import drop, held, unprivileged
 from procfs import lingering, live_processes
 
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 1024, 2048, 4096, 16384
+MS_RELATIME, MS_STRICTATIME = 1 << 21, 1 << 24
+# the per-mount options a read-only remount keeps as they were (mountinfo's 6th field)
+KEPT = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+        "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
 NOT_CONFINED = 125  # the exit code of a run whose sandbox failed: the submission never ran
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
@@ -72,6 +83,7 @@ def confine(run: str, hidden: list[str] | None = None, shown: list[str] | None =
     _mount(libc, "tmpfs", layer, 0, "tmpfs", "size=2g,mode=0755")
     for sub in ("upper", "work"):
         os.makedirs(os.path.join(layer, sub))
+    os.chmod(os.path.join(layer, "upper"), 0o1777)  # /tmp's own mode, for the run user
     _mount(libc, "overlay", "/tmp", 0, "overlay",
            f"lowerdir=/tmp,upperdir={layer}/upper,workdir={layer}/work")
     hide(libc, hidden or [], [*(shown or []), run])
@@ -81,14 +93,55 @@ def confine(run: str, hidden: list[str] | None = None, shown: list[str] | None =
     if os.path.isdir("/dev/shm"):
         _mount(libc, "tmpfs", "/dev/shm", 0, "tmpfs")
     _mount(libc, "/", "/", MS_BIND | MS_REC)
-    _mount(libc, None, "/", MS_BIND | MS_REMOUNT | MS_RDONLY)
+    _mount(libc, "/proc/sys", "/proc/sys", MS_BIND)  # a mount of its own, to be made read-only
+    read_only(libc, writable=[run, "/tmp", "/dev/shm"])
     os.chdir(os.getcwd())  # re-enter the working directory through the read-only mount
+
+
+def read_only(libc: ctypes.CDLL, writable: list[str]) -> None:
+    """Every mount read-only but those at `writable` (and below the run's directory, the
+    first of them), /dev's and the run's own /proc: a remount of / alone is not recursive,
+    and /sys, the cgroup hierarchies and /proc/sys are mounts of their own."""
+    keep = {os.path.realpath(w) for w in writable}
+    run = os.path.realpath(writable[0])
+    with open("/proc/self/mountinfo") as f:
+        mounts = [(line.split()[4], line.split()[5]) for line in f]
+    done = set()
+    for point, options in mounts:
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point)  # " " is \040
+        if point in done or point in keep or point.startswith((run + "/", "/dev/")) \
+                or point in ("/dev", "/proc") or (point.startswith("/proc/")
+                                                  and point != "/proc/sys"):
+            continue
+        done.add(point)
+        flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+        for opt in options.split(","):
+            flags |= KEPT.get(opt, 0)
+        if not flags & (MS_NOATIME | MS_RELATIME):  # kept too: a user namespace locks it
+            flags |= MS_STRICTATIME
+        _mount(libc, None, point, flags)
 
 
 def others() -> list[dict[str, object]]:
     """Processes of this namespace other than this one (its /proc is the namespace's)."""
     return [{"pid": pid, "cmdline": cmd.replace(b"\0", b" ").decode("utf-8", "replace")
              .strip()[:200]} for pid, [cmd] in live_processes("cmdline")]
+
+
+def _host_root() -> bool:
+    """Whether this process is root of the host's user namespace (not of a user namespace
+    of the grader's, whose root is the grader's own uid outside)."""
+    with open("/proc/self/uid_map") as f:
+        return os.getuid() == 0 and f.read().split()[:3] == ["0", "0", "4294967295"]
+
+
+def _not_confined(report: dict[str, object], path: str, why: str) -> int:
+    report["filesystem"] = why
+    with open(path, "w") as f:
+        json.dump(report, f)
+    print(f"the run's sandbox could not be set up ({why}): the submission was not started",
+          file=sys.stderr)
+    return NOT_CONFINED
 
 
 def main() -> int:
@@ -103,6 +156,8 @@ def main() -> int:
                     help="a folder the run sees empty (other submissions, the outputs)")
     ap.add_argument("--show", action="append", default=[],
                     help="a folder inside a hidden one the run still sees (its own)")
+    ap.add_argument("--user", default="",
+                    help="UID:GID the program runs as (the run user; none in a user namespace)")
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -114,17 +169,26 @@ def main() -> int:
     try:
         confine(args.run, args.hide, args.show)
     except OSError as e:  # fail closed: never run the submission unconfined
-        report["filesystem"] = f"not confined: {e}"
-        with open(args.report, "w") as f:
-            json.dump(report, f)
-        print(f"the run's sandbox could not be set up ({e}): the submission was not started",
-              file=sys.stderr)
-        return NOT_CONFINED
+        return _not_confined(report, args.report, f"not confined: {e}")
+    ids = tuple(int(i) for i in args.user.split(":")) if args.user else None
+    if ids is None and _host_root():
+        return _not_confined(report, args.report, "not confined: the program would run as "
+                             "the host's root (no run user was given)")
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=args.pass_fd)
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=args.pass_fd,
+                                 preexec_fn=lambda: drop(ids))
+    except subprocess.SubprocessError as e:  # the drop failed: never run it privileged
+        return _not_confined(report, args.report,
+                             f"not confined: the program could not drop its privileges: {e}")
     except OSError as e:
         print(f"cannot start {argv[0]!r}: {e}", file=sys.stderr)
         return 127
+    kept = unprivileged(held(child.pid), ids[0] if ids else None)
+    if kept:
+        child.kill()
+        child.wait()
+        return _not_confined(report, args.report, f"not confined: the program still held {kept}")
+    report["privileges"] = f"none (uid {ids[0]})" if ids else "none (user namespace)"
     rc = child.wait()
     report["survivors"] = lingering(others, args.grace)
     with open(args.report, "w") as f:  # the run's directory, bound in again (or never moved)

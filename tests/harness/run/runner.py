@@ -296,14 +296,15 @@ def start_warm_server(directory: Path) -> warm.Server:
 
 
 def _environment(token: str, observe_dir: Path | None, home: Path | None = None,
-                 nemesis: str = "", memory: bool = True) -> dict[str, str]:
+                 nemesis: str = "", memory: bool = True,
+                 user_name: str = contain.RUN_USER) -> dict[str, str]:
     env = observed_environment(observe_dir)
     env[TOKEN_VAR] = token
     env.pop(plan.SOCKET_VAR, None)
     if nemesis and observe_dir is not None:  # the socket that serves it, never the plan
         env[plan.SOCKET_VAR] = str(observe_dir.parent / "plan.sock")
     if home is not None:  # the run user's: its home is its run directory
-        env.update(HOME=str(home), USER=contain.RUN_USER, LOGNAME=contain.RUN_USER)
+        env.update(HOME=str(home), USER=user_name, LOGNAME=user_name)
     if observe_dir is not None and not memory:
         env["CAPSTONE_OBSERVE_MEM"] = ""
     return env
@@ -389,8 +390,10 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     out.parent.mkdir(parents=True, exist_ok=True)
     token = session_prefix() + uuid.uuid4().hex
     observe_dir = out.parent / "observe" if watch.observe else None
-    env = _environment(token, observe_dir, out.parent if user else None, watch.nemesis,
-                       watch.memory)
+    # the user the program runs as: the run user's lease, or nsinit's unprivileged user
+    ids = user or contain.program_user(mode)
+    env = _environment(token, observe_dir, out.parent if ids else None, watch.nemesis,
+                       watch.memory, contain.RUN_USER if user else contain.NS_USER)
     plans = plan.PlanServer(out.parent, watch.nemesis) \
         if watch.nemesis and observe_dir is not None else None
     logs = out.parent / f"{out.name}.log"
@@ -401,9 +404,10 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     passed = (conn.fileno(),) if conn is not None else ()
     inner = warm.client_argv(list(argv), passed[0]) if passed else list(argv)
     full = contain.wrap(inner, out.parent, report, watch.grace_s, passed,
-                        Path(cwd or os.getcwd())) if mode == contain.NAMESPACES else inner
-    if user is not None:
-        contain.open_to(out.parent, user, Path(cwd or os.getcwd()))
+                        Path(cwd or os.getcwd()), ids) if mode == contain.NAMESPACES else inner
+    if ids is not None:
+        contain.open_to(out.parent, ids, Path(cwd or os.getcwd()),
+                        contain.programs_folders(list(argv)))
         if observe_dir is not None:
             contain.readable(OBSERVER_DIR)  # its sitecustomize must load in every process
     ooms_before, stress_before = box.oom_kills(), stress.read()
@@ -476,6 +480,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         _kill_all(proc.pid, token)
         if user is not None:
             contain.end_user(user[0])
+        if ids is not None:
             os.chown(out.parent, 0, 0)  # nothing of the run's may change its directory now
             contain.readable(out.parent, again=True)  # a later run (a resume) reads its files
         proc.wait()

@@ -226,8 +226,10 @@ class RunCache:
     def __init__(self, root: Path, timeout_s: float, cwd: Path, mem_bytes: int | None,
                  file_bytes: int | None, watch: Watch | None = None, seed: int = 0) -> None:
         watch = watch or Watch()
-        if watch.contain and contain.mode() == contain.USER:
-            root = contain.user_root(root)
+        mode = contain.mode() if watch.contain else contain.MARKER_SCAN
+        if (mode == contain.USER or contain.program_user(mode) is not None) \
+                and contain.reset_by_pytest(root):
+            root = contain.user_root(root)  # a folder the run user can always reach
         self.root = root
         self.timeout_s = timeout_s
         self.cwd = cwd
