@@ -62,7 +62,7 @@ from tests.harness.report.class_report import (
 from tests.harness.report.grading import EXERCISE_NAMES, exercises_of, grading_policy
 from tests.harness.report.policy import DESCRIBE, POLICIES
 from tests.harness.report.roster import read_roster
-from tests.harness.run import contain
+from tests.harness.run import access, contain
 
 
 def graded(results: Path) -> dict[str, Any] | None:
@@ -82,6 +82,7 @@ def grade_class(submissions: Path, out: Path, g: Grading, jobs: int = 1,
     score under `policy` (None: the grading file's, else "invariant"), whichever policy a
     resumed submission was graded under: each student's results.json is rescored in place."""
     policy = policy or grading_policy()
+    access.replay()  # what an earlier grading, killed mid-run, left changed on these files
     roster = read_roster(submissions)
     grades: dict[str, dict[str, Any]] = {}
     todo = []

@@ -289,3 +289,75 @@ def test_a_class_built_on_the_hidden_reference_is_never_charged_for_it(contained
     said = graded(False, contained / "hidden")  # the instructor said: they must not use it
     for name in ("static", "dynamic"):
         assert said[name]["not_graded"] == "" and "capstone" in said[name]["first_violation"]
+
+
+def _access(paths: list[Path]) -> dict[str, tuple[int, bytes | None]]:
+    """Each path's mode and ACL (None: none), as the instructor's files are compared."""
+    found = {}
+    for p in paths:
+        try:
+            raw: bytes | None = os.getxattr(p, "system.posix_acl_access", follow_symlinks=False)
+        except OSError:
+            raw = None
+        found[str(p)] = (p.lstat().st_mode, raw)
+    return found
+
+
+@pytest.mark.long
+@pytest.mark.slow
+def test_a_grading_killed_mid_run_is_put_back_by_the_next(contained, tmp_path, monkeypatch):
+    """Issue 62: a class whose folders are closed to others (0700; files 0600), graded by
+    `python -m tests.grade_class` and SIGKILLed while a submission runs (the access opened
+    to the run's user and, with `unshare` refused, each classmate's folder closed to it by an
+    ACL entry, are then still in place), then graded again: every mode and ACL of the class
+    is as before the first grading (tests/harness/run/access.py's journal, replayed)."""
+    import contextlib
+    import signal
+    import time
+
+    import psutil
+
+    monkeypatch.setenv("CAPSTONE_ACCESS_JOURNAL", str(tmp_path / "journal"))
+    subs, out = contained / "submissions", contained / "grades"
+    for name, body in (("a_slow", "import time\ntime.sleep(20)\n"),
+                       ("b_quick", "raise SystemExit(3)\n")):
+        (subs / name).mkdir(parents=True)
+        (subs / name / "main.py").write_text(body)
+        (subs / name / "main.py").chmod(0o600)
+        (subs / name).chmod(0o700)
+    subs.chmod(0o700)
+    contained.chmod(0o700)
+    files = [contained, subs, *sorted(subs.rglob("*"))]
+    before = _access(files)
+    command = [sys.executable, "-m", "tests.grade_class", str(subs), "--out", str(out),
+               "--suite-seed", "0", "--run-timeout", "60"]
+    root = Path(__file__).resolve().parents[1]
+    first = subprocess.Popen(command, cwd=root, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    slow = (subs / "a_slow").resolve()
+
+    def running() -> list[psutil.Process]:
+        found = []
+        for p in psutil.process_iter(["cwd", "cmdline"]):
+            if p.info["cwd"] == str(slow) and "main.py" in (p.info["cmdline"] or []):
+                found.append(p)
+        return found
+
+    deadline = time.monotonic() + 120
+    while not running() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running(), "a_slow never started"
+    time.sleep(0.5)
+    # the whole grading at once, as an OOM killer or a platform's timeout ends it: grade_class,
+    # the grading session it started, the run's sandbox and the run
+    tree = psutil.Process(first.pid).children(recursive=True)
+    os.killpg(first.pid, signal.SIGKILL)
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    first.wait()
+    assert _access(files) != before, "the first grading changed nothing: nothing to put back"
+    (subs / "a_slow" / "main.py").write_text("raise SystemExit(3)\n")  # quick this time
+    again = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _access(files) == before

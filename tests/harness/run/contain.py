@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from tests.harness.run import acl, privileges
+from tests.harness.run import access, acl, privileges
 from tests.harness.run.procfs import live_processes
 
 if TYPE_CHECKING:
@@ -136,7 +136,13 @@ def grant_passage(uid: int, dirs: list[Path]) -> list[Path]:
     """Let user `uid`, and no one else, pass through `dirs` (a POSIX ACL entry `u:UID:x`,
     written as the kernel stores it: it cannot list them, and the group's and others' bits
     are unchanged); returns those granted (none where the file system takes no ACLs)."""
-    return [d for d in dirs if acl.grant(d, uid)]
+    granted: list[Path] = []
+
+    def grant(path: Path) -> None:
+        if acl.grant(path, uid):
+            granted.append(path)
+    access.hold_all([(d, grant) for d in dirs])
+    return granted
 
 
 def _user(name: str, fallback: int) -> tuple[int, int]:
@@ -269,35 +275,51 @@ def remove_user_roots(session: str) -> None:
 
 def _traversable(path: Path) -> None:
     """The execute bit for others on every directory above `path` (a way through: others
-    still cannot list them or write there)."""
-    for d in closed_dirs([path]):
-        d.chmod(d.stat().st_mode | 0o001)
+    still cannot list them or write there), each change journaled (access.py)."""
+    parents = [d for d in reversed(path.parents)]
+    access.hold_all([(d, _with_bits(0o001)) for d in parents],
+                    needed=lambda d: not d.stat().st_mode & 0o001)
 
 
-def readable(folder: Path, again: bool = False) -> None:
+def _with_bits(bits: int) -> Callable[[Path], None]:
+    def add(path: Path) -> None:
+        path.chmod(path.lstat().st_mode | bits)
+    return add
+
+
+def readable(folder: Path, again: bool = False, own: bool = False) -> None:
     """Let the run user read a folder (the submission it runs, the observer, an earlier run's
     checkpoints): read for others, and execute on folders, where the folder is closed to
-    others (e.g. made 0700 by a temp-dir maker). Done once per folder unless `again`."""
+    others (e.g. made 0700 by a temp-dir maker). Done once per folder unless `again`. The
+    changes are journaled and put back after (access.py) unless the folder is the suite's
+    `own` (a run's directory, removed with its session)."""
     if again or folder not in _OPENED:
-        _open_for_reading(folder, force=again)
+        _open_for_reading(folder, force=again, own=own)
         _OPENED.add(folder)
 
 
 _OPENED: set[Path] = set()
 
 
-def _open_for_reading(folder: Path, force: bool) -> None:
+def _open_for_reading(folder: Path, force: bool, own: bool) -> None:
     """(Never through a link: a run, or a submission, may plant one to anywhere.)"""
     _traversable(folder)
-    if not force and folder.stat().st_mode & 0o005 == 0o005:
+    if own and not force and folder.stat().st_mode & 0o005 == 0o005:
         return
+    found: list[tuple[Path, int]] = []
     for top, dirs, files in os.walk(folder, followlinks=False):
         for name, bits in [*((d, 0o005) for d in dirs), *((f, 0o004) for f in files)]:
             path = Path(top) / name
-            st = path.lstat()
-            if not stat.S_ISLNK(st.st_mode):
-                path.chmod(st.st_mode | bits)
-    folder.chmod(folder.stat().st_mode | 0o005)
+            if not stat.S_ISLNK(path.lstat().st_mode):
+                found.append((path, bits))
+    found.append((folder, 0o005))
+    if own:
+        for path, bits in found:
+            _with_bits(bits)(path)
+        return
+    bits_of = dict(found)
+    access.hold_all([(p, _with_bits(b)) for p, b in found],
+                    needed=lambda p: p.lstat().st_mode & bits_of[p] != bits_of[p])
 
 
 def programs_folders(argv: list[str]) -> list[Path]:

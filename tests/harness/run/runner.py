@@ -482,7 +482,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
             contain.end_user(user[0])
         if ids is not None:
             os.chown(out.parent, 0, 0)  # nothing of the run's may change its directory now
-            contain.readable(out.parent, again=True)  # a later run (a resume) reads its files
+            contain.readable(out.parent, again=True, own=True)  # a resume reads its files
         proc.wait()
         if plans is not None:
             plans.close()
