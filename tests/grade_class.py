@@ -47,6 +47,7 @@ from tests.harness.platforms.class_jobs import EXECUTORS, JobResources, run_jobs
 from tests.harness.platforms.preflight import (
     SetupError,
     add_reference_options,
+    check_containment,
     check_entry,
     entry_for,
     importers_of,
@@ -183,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
                          + " (default: the grading file's \"policy\", else invariant). "
                          "Changing it rescores a graded class without running it again")
     add_reference_options(ap, ships=False)
+    ap.add_argument("--unconfined", action="store_true",
+                    help="grade where the runs cannot be confined (neither namespaces nor "
+                         "root): without it such a machine grades nobody, and says why")
     ap.add_argument("--executor", choices=EXECUTORS, default="here",
                     help="here (default): this process; local / slurm: one submitit job per "
                          "submission (a job array on Slurm; needs the [class] extra)")
@@ -204,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     entry = entry_for(a.entry, a.python)
     sees_reference = said_reference(a)
     try:  # the grader's set-up, tried before anyone is graded: never a student's fault
+        check_containment(a.unconfined)
         check_entry(entry, observe=not a.no_observe)
         if sees_reference is None:
             check_reference(a.submissions)

@@ -185,6 +185,33 @@ def test_a_program_that_sleeps_in_a_throttled_box_is_still_charged(tmp_path):
     assert outcome["earlier"] == [] and outcome["not_graded"] == "", outcome
 
 
+@pytest.mark.box
+@pytest.mark.parametrize("containment", ["namespaces", "run-user"])
+def test_a_run_in_the_box_cannot_leave_it_or_undo_its_sandbox(tmp_path, monkeypatch,
+                                                               containment):
+    """Issue 62 in Gradescope's box (768 MB, half a CPU): tests/hostile/undo.py writes its pid
+    into the root cgroup (out of the box and its memory limit), makes a cgroup, remounts,
+    unmounts, bind-mounts, writes /proc/sys, ptraces, takes uid 0: every attempt refused,
+    under namespaces and as the run user (unshare refused)."""
+    from tests.harness.run import contain
+
+    if containment == "run-user":
+        monkeypatch.setenv(contain.FORCE_VAR, contain.USER)
+        if contain.run_user() is None:
+            pytest.skip(f"no run user here: {contain.why_not_user()}")
+    elif contain.mode() != contain.NAMESPACES:
+        pytest.skip("no namespaces here")
+    with cgbox.CgBox(768, 0.5) as box:
+        outcome = grade_one_run(box, tmp_path, [sys.executable, str(HOSTILE / "undo.py")],
+                                bound_s=30.0)
+    assert outcome["containment"] == {"namespaces": contain.NAMESPACES,
+                                      "run-user": contain.USER}[containment], outcome
+    written = Path(outcome["out"]) / "undo.json"
+    assert written.is_file(), outcome
+    done = json.loads(written.read_text())
+    assert all(v.startswith("refused") for v in done.values()), done
+
+
 # A tenant that holds `hold` MB of the box for as long as it lives (never the one killed):
 # what is left makes the run's ranks page torch's libraries in and out (thrashing), or the
 # kernel kills one of them; which one it does is the kernel's choice.

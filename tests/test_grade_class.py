@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -226,8 +227,16 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(contained):
                 for p in [subs / "b_secret", *(subs / "b_secret").rglob("*")]}
 
     before = classmate()
+    class_files = [contained, subs, *sorted(subs.rglob("*"))]
+    access_before = _access(class_files)
     grades = grade_class(subs, out, g, jobs=1, progress=False)
     assert classmate() == before  # nothing written there, no mode changed
+    assert _access(class_files) == access_before  # every mode and ACL put back
+    # the summary: a_reader's row and every cause told for it (b_secret's own hold its secret)
+    summary = (out / "summary.md").read_text()
+    told = [ln for ln in summary.splitlines() if ln.startswith("| a_reader ")] + \
+        re.findall(r"a_reader \(([^)]*)\)", summary)
+    assert told and not [t for t in told if secret in t], told
     reader = (out / "feedback" / "a_reader.md").read_text()
     assert "read 0 files of others" in reader, reader[:2000]
     assert secret not in reader
@@ -361,3 +370,28 @@ def test_a_grading_killed_mid_run_is_put_back_by_the_next(contained, tmp_path, m
     again = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert _access(files) == before
+
+
+def test_a_machine_that_cannot_confine_the_runs_grades_nobody_unless_told(tmp_path):
+    """Issue 62: neither namespaces nor root (forced here: CAPSTONE_CONTAINMENT=marker-scan):
+    grade_class stops before anyone is graded, says what the instructor would give up and
+    the flag to accept it; with --unconfined it grades."""
+    from tests.harness.run import contain
+
+    subs = tmp_path / "subs"
+    (subs / "alice").mkdir(parents=True)
+    (subs / "alice" / "main.py").write_text("raise SystemExit(3)\n")
+    env = dict(os.environ, **{contain.FORCE_VAR: contain.MARKER_SCAN})
+    command = [sys.executable, "-m", "tests.grade_class", str(subs), "--suite-seed", "0",
+               "--run-timeout", "10"]
+    root = Path(__file__).resolve().parents[1]
+    refused = subprocess.run([*command, "--out", str(tmp_path / "a")], cwd=root, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    assert "the runs cannot be confined on this machine" in refused.stderr
+    assert "CANNOT guarantee" in refused.stderr and "--unconfined" in refused.stderr
+    assert not (tmp_path / "a" / "grades.csv").exists()
+    graded = subprocess.run([*command, "--out", str(tmp_path / "b"), "--unconfined"],
+                            cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert graded.returncode == 0, graded.stderr[-2000:]
+    assert (tmp_path / "b" / "grades.csv").is_file()

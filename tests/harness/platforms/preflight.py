@@ -73,6 +73,20 @@ def check_entry(entry: str, observe: bool = True, cwd: Path | None = None,
                          "without one, or pass --no-observe")
 
 
+def check_containment(unconfined_ok: bool) -> None:
+    """Raise SetupError where the runs cannot be confined here (neither namespaces nor root
+    for the run user: the environment-marker scan), naming what the instructor gives up,
+    unless they said they accept it (`unconfined_ok`)."""
+    from tests.harness.run import contain
+
+    if contain.mode() != contain.MARKER_SCAN or unconfined_ok:
+        return
+    raise SetupError(f"the runs cannot be confined on this machine: {contain.why_not_user()}; "
+                     f"{contain.GUARANTEES[contain.MARKER_SCAN]}, or pass --unconfined to "
+                     "grade without (a dishonest submission may then change its grade, "
+                     "read its classmates or leave processes behind)")
+
+
 def importers_of(package: str, folders: list[Path], most_bytes: int = 1 << 20) -> list[Path]:
     """The folders among `folders` with a Python file that imports `package` (`import P`,
     `from P... import`), read statically: a class whose programs build on a package the
