@@ -196,7 +196,7 @@ def contained(request: pytest.FixtureRequest, tmp_path: Path,
 
 @pytest.mark.long
 @pytest.mark.slow
-def test_a_submission_cannot_read_its_classmates_or_the_grades(contained):
+def test_a_submission_cannot_read_its_classmates_or_the_grades(contained, monkeypatch):
     """A reader (tests/hostile/undo.py) first tries to undo its sandbox (remount, unmount,
     bind-mount, the cgroups, /proc/sys, ptrace, setuid) and to write into its classmate's
     folder, then walks the class folder and the outputs, and reads its classmate's folder
@@ -222,6 +222,10 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(contained):
     (subs / "roster.csv").write_text(f"b_secret,{secret}\n")
     g = Grading(entry=f"{sys.executable} main.py", run_timeout_s=5, suite_seed=0,
                 session_timeout_s=120, file_mb=4, runs_at_once=1, hidden=(subs, out))
+    planted = [Path(__file__).resolve().parents[1] / "tests" / "undo-was-here.txt",
+               out / "undo-was-here.txt", contained / "undo-was-here.txt"]
+    monkeypatch.setenv("CAPSTONE_TAMPER_TARGETS", ":".join(map(str, planted)))
+
     def classmate() -> dict[str, tuple[int, bytes]]:
         return {str(p): (p.stat().st_mode, p.read_bytes() if p.is_file() else b"")
                 for p in [subs / "b_secret", *(subs / "b_secret").rglob("*")]}
@@ -232,6 +236,7 @@ def test_a_submission_cannot_read_its_classmates_or_the_grades(contained):
     grades = grade_class(subs, out, g, jobs=1, progress=False)
     assert classmate() == before  # nothing written there, no mode changed
     assert _access(class_files) == access_before  # every mode and ACL put back
+    assert not [p for p in planted if p.exists()]  # nothing written outside its run
     # the summary: a_reader's row and every cause told for it (b_secret's own hold its secret)
     summary = (out / "summary.md").read_text()
     told = [ln for ln in summary.splitlines() if ln.startswith("| a_reader ")] + \

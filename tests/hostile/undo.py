@@ -3,8 +3,8 @@ unmounts every mount it can see (the empty folders that hide a class), bind-moun
 may write, joins the root cgroup and makes one of its own, writes /proc/sys, ptraces PID 1
 (the sandbox's init), takes uid 0, and writes into its classmate's folder and the suite's
 checkout ($CAPSTONE_TAMPER_TARGETS names more). Then, in a class (a guess.txt beside it), it
-reads every classmate's file it can (tests/hostile/peek.py's way) and raises what it read, so
-that it would reach its feedback.
+reads every classmate's file it can after each attempt (tests/hostile/peek.py's way) and
+raises what it read, so that it would reach its feedback.
 What each attempt did is written to undo.json in its --out folder."""
 
 import contextlib
@@ -24,16 +24,23 @@ here = Path.cwd()
 done: dict[str, str] = {}
 
 
+in_class = (here / "guess.txt").is_file()  # a class's folder: its guess.txt names a classmate
+seen: list[str] = []
+
+
 def attempt(name: str, call: Callable[[], object]) -> None:
+    """Try one way out, then read the classmates (in a class): any way that worked shows."""
     try:
         value = call()
     except OSError as e:
         done[name] = f"refused: {e.strerror}"
-        return
-    if isinstance(value, int) and value != 0:
-        done[name] = f"refused: {os.strerror(ctypes.get_errno())}"
     else:
-        done[name] = "done"
+        if isinstance(value, int) and value != 0:
+            done[name] = f"refused: {os.strerror(ctypes.get_errno())}"
+        else:
+            done[name] = "done"
+    if in_class:
+        seen.extend(read_others(here))
 
 
 def hiding_mounts() -> list[str]:
@@ -86,7 +93,9 @@ attempt("remount / writable", lambda: libc.mount(None, b"/", None, MS_REMOUNT | 
                                                    None))
 unmounted = [p for p in reversed(hiding_mounts())
              if libc.umount2(p.encode(), MNT_DETACH) == 0]
-done["unmount"] = f"done: {unmounted}" if unmounted else "refused"
+attempt("unmount", lambda: 0 if unmounted else -1)
+if unmounted:
+    done["unmount"] = f"done: {unmounted}"
 attempt("bind-mount /", lambda: libc.mount(b"/", str(bound).encode(), None, MS_BIND, None))
 attempt("join the root cgroup", cgroups)
 attempt("make a cgroup", own_cgroup)
@@ -100,7 +109,6 @@ for target in targets:
     attempt(f"write {target}", functools.partial(write, target))
 with contextlib.suppress(OSError):
     (out / "undo.json").write_text(json.dumps(done, indent=1))
-# a class's folder (its guess.txt names a classmate) is read; elsewhere (the suite's own
-# tests run it from the checkout) what lies beside its folder is nobody's
-seen = read_others(here) if (here / "guess.txt").is_file() else []
+# (out of a class, the suite's own tests run it from the checkout: what lies beside it is
+# nobody's)
 raise RuntimeError(f"read {len(seen)} files of others: " + " | ".join(seen)[:20000])
