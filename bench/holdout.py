@@ -50,8 +50,9 @@ def main() -> int:
             verdict = mistake.verdict(score, first)
             verdicts[verdict] += 1
             print(f"{mistake.name}: {score:g}, {verdict}: {first[:160]}", flush=True)
+            said = f"{first[:300]}" if score < 100 else f"({mistake.gap})"
             figures.append(Figure(f"`{mistake.name}`: score, and how its first cause is told",
-                                  f"{score:g}; {verdict}: {first[:300]}",
+                                  f"{score:g}; {verdict}: {said}",
                                   "caught; right or generic and true"))
     figures.insert(0, Figure("hold-out mistakes graded", ", ".join(
         f"{n} {v}" for v, n in sorted(verdicts.items())), "all caught, 0 wrong"))

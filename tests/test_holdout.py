@@ -16,7 +16,9 @@ from tests.holdout.catalogue import GENERIC, HOLDOUTS, RIGHT, Holdout
 pytestmark = [pytest.mark.grades, pytest.mark.slow, pytest.mark.long]
 
 
-@pytest.mark.parametrize("mistake", HOLDOUTS, ids=lambda h: h.name)
+@pytest.mark.parametrize("mistake", [
+    pytest.param(h, marks=pytest.mark.xfail(strict=True, reason=f"not caught yet: {h.gap}"))
+    if h.gap else h for h in HOLDOUTS], ids=lambda h: h.name)
 def test_a_holdout_mistake_is_caught_and_told_first_as_itself(tmp_path, reference_only,
                                                               mistake: Holdout):
     sub = tmp_path / "sub"
@@ -26,6 +28,7 @@ def test_a_holdout_mistake_is_caught_and_told_first_as_itself(tmp_path, referenc
                     Grading(entry=f"{sys.executable} main.py", sees_reference=True).resolved())
     causes = root_causes(results) or [""]
     verdict = mistake.verdict(results["score"], causes[0])
-    assert verdict in (RIGHT, GENERIC), (mistake.name, verdict, causes)
+    assert verdict in ((RIGHT,) if mistake.signature else (RIGHT, GENERIC)), \
+        (mistake.name, verdict, causes)
     for name in mistake.wrong:  # what a student reads first names no other mistake
         assert not any(name in c for c in causes), (mistake.name, name, causes)

@@ -29,6 +29,8 @@ class Holdout:
     right: str
     generic: tuple[str, ...] = ()
     wrong: tuple[str, ...] = ()
+    gap: str = ""  # why the suite does not catch it yet (its test is a strict xfail)
+    signature: bool = False  # told by a hint checked on its signature: must be right
 
     @property
     def program(self) -> Path:
@@ -48,14 +50,15 @@ class Holdout:
 
 
 UPDATE = "the update is wrong, not the data"
+OPTIMIZER = "the optimizer does not step after the resume as it did before"
 HOLDOUTS = (
-    Holdout("only_rank0_logs", "wrote no metrics file", wrong=GUARD + DATA),
+    Holdout("only_rank0_logs", "wrote no metrics file", wrong=GUARD + DATA, signature=True),
     Holdout("divided_twice", "divided by N twice",
-            wrong=("one rank's shard only", "summed, not averaged", *DATA)),
+            wrong=("one rank's shard only", "summed, not averaged", *DATA), signature=True),
     Holdout("no_broadcast_norms_copied", "initial broadcast is missing",
-            wrong=("the ranks train on the wrong rows", *GRADIENT)),
+            wrong=("the ranks train on the wrong rows", *GRADIENT), signature=True),
     Holdout("loss_summed", "the sum over the ranks, not their mean",
-            generic=("the logged loss is not",), wrong=DATA + GRADIENT),
+            generic=("the logged loss is not",), wrong=DATA + GRADIENT, signature=True),
     Holdout("lr_scaled_by_n", "learning rate", generic=(UPDATE,), wrong=DATA + GRADIENT),
     Holdout("rotated_chunks", "chunk", generic=(UPDATE, "a wrong update"),
             wrong=(*DATA, "summed, not averaged", "divided by N twice")),
@@ -63,4 +66,22 @@ HOLDOUTS = (
             wrong=DATA + GRADIENT),
     Holdout("resume_next_shard", "another order",
             generic=("loading them is incomplete",), wrong=DATA + GRADIENT),
+    Holdout("resume_one_step_late", "one step late",  # told what was seen: the missing step
+            generic=("expected a record in the resumed run",), wrong=DATA + GRADIENT),
+    Holdout("moments_zeroed_on_resume", "Adam's moments are not saved or not restored",
+            generic=(OPTIMIZER,), wrong=DATA + GRADIENT, signature=True),
+    Holdout("lr_halved_on_resume", "the learning rate is not restored",
+            generic=(OPTIMIZER,), wrong=(*DATA, *GRADIENT, "Adam's moments are not",
+                                        "Adam's step count is not")),
+    Holdout("betas_swapped", "betas", generic=(UPDATE, "a wrong update"),
+            wrong=DATA + GRADIENT,
+            gap="the one-rank run makes the same mistake and Adam's first step is the same "
+                "with either betas: no check holds a yardstick of Adam outside the program"),
+    Holdout("gather_before_update", "all-gather runs before the shard's update",
+            generic=("the checkpoint does not hold the parameters the model ran with",),
+            wrong=(*DATA, *GRADIENT, "save after the update"), signature=True),
+    Holdout("local_loss_logged", "loss of its own batch",
+            generic=("the logged loss is not",), wrong=DATA + GRADIENT + GUARD),
+    Holdout("skip_instead_of_rollback", "did not roll back",
+            generic=("rollback",), wrong=DATA + GRADIENT),
 )

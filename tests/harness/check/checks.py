@@ -138,6 +138,19 @@ def _load_shard(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     return obj, None
 
 
+def _whose_norm(norm: float, logged: dict[int, dict[str, Any]], step: int) -> str:
+    """Which step's logged parameter norm the checkpointed masters' norm is, where it is the
+    one before or after `step`: saved before the step's update, or the model's parameters a
+    step behind the masters (gathered before the update). '' where neither."""
+    for other, said in ((step - 1, "before the step's update"),
+                        (step + 1, "a step ahead of the parameters the model ran")):
+        rec = logged.get(other)
+        if rec is not None and is_finite(rec.get("param_norm")) and \
+                math.isclose(norm, rec["param_norm"], rel_tol=MASTER_NORM_RTOL):
+            return f" (their norm is the one logged at step {other}: {said})"
+    return ""
+
+
 def check_zero_memory(run: Run) -> list[Violation]:
     """optimizer_bytes == 12*ceil(P/N) everywhere; shards hold 3*ceil(P/N) fp32 values;
     the checkpointed masters have the logged parameter norm of their step."""
@@ -184,7 +197,8 @@ def check_zero_memory(run: Run) -> list[Violation]:
             norm = float(np.sqrt(np.square(flat).sum()))
             if not math.isclose(norm, logged["param_norm"], rel_tol=MASTER_NORM_RTOL):
                 out.append(Violation(inv, None, step, f"logged param_norm {logged['param_norm']!r}",
-                                     norm, "checkpointed masters are stale or partial"))
+                                     norm, "checkpointed masters are stale or partial"
+                                     + _whose_norm(norm, recs.get(0, {}), step)))
     return out
 
 
@@ -314,6 +328,47 @@ def _accumulating(inv: str, base: Run, other: Run, restart: int, what: str
                       f"{a[restart] / max(b[restart], 1e-30):.1f}x smaller")]
 
 
+MOMENTS_RESTARTED = 0.75  # exp_avg_sq's norm below this fraction of the original run's
+
+
+def _optimizer_state(inv: str, a: Run, b: Run, step: int, what: str) -> list[Violation]:
+    """What the step-`step` shards of both runs say of the optimizer's state, rank by rank: a
+    step count other than the original run's, or an exp_avg_sq far smaller than its (Adam's
+    second moment decays slowly, so moments started again from zero at the resume hold
+    about half of the original's at the end). Nothing where the shards do not show it."""
+    ca, cb = a.parsed.checkpoints.get(step), b.parsed.checkpoints.get(step)
+    if ca is None or cb is None or not isinstance(ca.manifest, dict) \
+            or not isinstance(cb.manifest, dict):
+        return []
+    files_a, files_b = ({e.get("rank"): e.get("file") for e in m.get("shards", [])
+                         if isinstance(e, dict)} for m in (ca.manifest, cb.manifest))
+    out: list[Violation] = []
+    for r in sorted(k for k in files_a if isinstance(k, int) and k in files_b):
+        sa, _ = _load_shard(ca.path / str(files_a[r]))
+        sb, _ = _load_shard(cb.path / str(files_b[r]))
+        if sa is None or sb is None:
+            continue
+        if is_finite(sa.get("step")) and is_finite(sb.get("step")) and sa["step"] != sb["step"]:
+            out.append(Violation(inv, r, step, f"Adam's step count {sa['step']} (the original "
+                                 "run's)", sb["step"], f"the {what}'s optimizer counts "
+                                 f"{sb['step']} steps at step {step}: its step count was not "
+                                 "carried over the resume"))
+            continue
+        va, vb = sa.get("exp_avg_sq"), sb.get("exp_avg_sq")
+        if isinstance(va, np.ndarray) and isinstance(vb, np.ndarray) and va.shape == vb.shape:
+            na, nb = (float(np.linalg.norm(v.astype(np.float64))) for v in (va, vb))
+            if na == 0:  # after `step` steps of nonzero gradients, never: they were not saved
+                out.append(Violation(inv, r, step, "the moments of its steps", "zeros",
+                                     f"the original run's step-{step} shard holds exp_avg_sq "
+                                     "of zeros: its moments were not saved"))
+            elif nb < MOMENTS_RESTARTED * na:
+                out.append(Violation(inv, r, step, f"exp_avg_sq norm {na:.4g} (the original "
+                                     "run's)", round(nb, 6), f"the {what}'s exp_avg_sq is "
+                                     f"{nb / na:.2f}x the original's at step {step}: its "
+                                     "moments started again from zero at the resume"))
+    return out
+
+
 def check_resume(base: Run, resumed: Run, from_step: int) -> list[Violation]:
     """Valid checkpoints; a resume from `from_step` is bit-identical to the run, files too."""
     inv = "byte_exact_resume"
@@ -326,8 +381,10 @@ def check_resume(base: Run, resumed: Run, from_step: int) -> list[Violation]:
     if parted:
         out += _accumulating(inv, base, resumed, from_step + 1, "resumed run")
     out += parted
-    out += _same_final_shards(inv, base, resumed, base.steps, "resumed run")
-    return out
+    differ = _same_final_shards(inv, base, resumed, base.steps, "resumed run")
+    if differ:
+        out += _optimizer_state(inv, base, resumed, base.steps, "resumed run")
+    return out + differ
 
 
 def check_clean_exit(run: Run) -> list[Violation]:

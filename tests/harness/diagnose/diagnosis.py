@@ -55,10 +55,26 @@ KEPT_WHOLE = ("measured: part of master/exp_avg/exp_avg_sq is allocated whole on
               "whatever optimizer_bytes says")
 NOTHING_SHARDED = ("measured: no optimizer state shrinks with N: the full state lives in every "
                    "process (or one process does the work of all ranks)")
+# The checkpointed masters' norm is not the one logged at their step: which step's it is
+# singles the cause out (checks._whose_norm), else the consistent causes are listed.
 STALE_MASTER = ("the checkpoint holds the master copy from before the step's update: save "
                 "after the update")
-MOMENTS = ("the resumed run's update differs but not its loss: Adam's moments or step count "
-           "are not saved or not restored (exp_avg, exp_avg_sq, step)")
+GATHERED_EARLY = ("the checkpointed masters are a step ahead of the parameters the model ran "
+                  "with: the all-gather runs before the shard's update (gather after it)")
+MASTER_NORM = ("the checkpointed masters' norm is not the parameter norm logged at their "
+               "step: the checkpoint does not hold the parameters the model ran with (saved "
+               "before or without the update, a shard stale or missing, or the model not "
+               "gathered from the updated masters)")
+# The resumed run's update differs but not its loss: its optimizer's state. Named only on its
+# signature in the final shards (checks._optimizer_state), else the consistent causes listed.
+STEP_COUNT = ("the resumed run's update differs but not its loss, and its checkpoint counts "
+              "fewer optimizer steps: Adam's step count is not saved or not restored (`step`)")
+MOMENTS = ("the resumed run's update differs but not its loss, and its exp_avg_sq is far below "
+           "the original run's: Adam's moments are not saved or not restored (exp_avg, "
+           "exp_avg_sq start again from zero)")
+OPTIMIZER_STATE = ("the resumed run's update differs but not its loss: the optimizer does not "
+                   "step after the resume as it did before; one of its moments, its step "
+                   "count, the learning rate or its schedule is not restored as it was")
 RESUMED_PARAMS = ("the resumed parameters differ from the checkpointed run's: the checkpoint "
                   "holds stale parameters, or loading them is incomplete")
 MANIFEST = "a shard does not match its manifest: write the manifest after every shard"
@@ -166,7 +182,8 @@ def _memory(vs: list[Violation], n: int) -> list[str]:
             if want and got and got > 1.5 * want:
                 found.append(FULL_STATE)
         elif "stale or partial" in v.message:
-            found.append(STALE_MASTER)
+            found.append(STALE_MASTER if "before the step's update" in v.message else
+                         GATHERED_EARLY if "a step ahead" in v.message else MASTER_NORM)
     return found
 
 
@@ -178,7 +195,11 @@ def _resume(vs: list[Violation], n: int) -> list[str]:
     if trajectory:
         first = min(v.step or 0 for v in trajectory)
         keys = {str(v.expected).split(" ", 1)[0] for v in trajectory if v.step == first}
-        found.append(RESUMED_PARAMS if "loss" in keys else MOMENTS)
+        said = " ".join(v.message for v in vs)
+        found.append(RESUMED_PARAMS if "loss" in keys else STEP_COUNT
+                     if "step count was not carried" in said else MOMENTS
+                     if "moments started again from zero" in said
+                     or "moments were not saved" in said else OPTIMIZER_STATE)
     return found + _resume_files(vs)
 
 
