@@ -403,11 +403,17 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     conn = _warm_connection(watch, mode, list(argv))
     passed = (conn.fileno(),) if conn is not None else ()
     inner = warm.client_argv(list(argv), passed[0]) if passed else list(argv)
+    programs = contain.programs_folders(list(argv)) if ids is not None else []
+    # the closed folders above the program's, opened in the run's own view by nsinit (runs
+    # read their cache's other runs: a resume's checkpoint)
+    ways = contain.ways_in([Path(cwd or os.getcwd()), *programs], [
+        *contain.interpreter_paths(), OBSERVER_DIR, out.parent.parent]) \
+        if ids is not None and mode == contain.NAMESPACES else []
     full = contain.wrap(inner, out.parent, report, watch.grace_s, passed,
-                        Path(cwd or os.getcwd()), ids) if mode == contain.NAMESPACES else inner
+                        Path(cwd or os.getcwd()), ids, ways, programs) \
+        if mode == contain.NAMESPACES else inner
     if ids is not None:
-        contain.open_to(out.parent, ids, Path(cwd or os.getcwd()),
-                        contain.programs_folders(list(argv)))
+        contain.open_to(out.parent, ids, Path(cwd or os.getcwd()), programs, ways)
         if observe_dir is not None:
             contain.readable(OBSERVER_DIR)  # its sitecustomize must load in every process
     ooms_before, stress_before = box.oom_kills(), stress.read()
