@@ -319,7 +319,7 @@ def _access(paths: list[Path]) -> dict[str, tuple[int, bytes | None]]:
 
 @pytest.mark.long
 @pytest.mark.slow
-def test_a_grading_killed_mid_run_is_put_back_by_the_next(contained, tmp_path, monkeypatch):
+def test_a_grading_killed_mid_run_is_put_back_by_the_next(contained, tmp_path):
     """Issue 62: a class whose folders are closed to others (0700; files 0600), graded by
     `python -m tests.grade_class` and SIGKILLed while a submission runs (the access opened
     to the run's user and, with `unshare` refused, each classmate's folder closed to it by an
@@ -331,7 +331,8 @@ def test_a_grading_killed_mid_run_is_put_back_by_the_next(contained, tmp_path, m
 
     import psutil
 
-    monkeypatch.setenv("CAPSTONE_ACCESS_JOURNAL", str(tmp_path / "journal"))
+    # the gradings' own journal (this process keeps the machine's: access.store)
+    env = dict(os.environ, CAPSTONE_ACCESS_JOURNAL=str(tmp_path / "journal"))
     subs, out = contained / "submissions", contained / "grades"
     for name, body in (("a_slow", "import time\ntime.sleep(20)\n"),
                        ("b_quick", "raise SystemExit(3)\n")):
@@ -346,7 +347,7 @@ def test_a_grading_killed_mid_run_is_put_back_by_the_next(contained, tmp_path, m
     command = [sys.executable, "-m", "tests.grade_class", str(subs), "--out", str(out),
                "--suite-seed", "0", "--run-timeout", "60"]
     root = Path(__file__).resolve().parents[1]
-    first = subprocess.Popen(command, cwd=root, start_new_session=True,
+    first = subprocess.Popen(command, cwd=root, start_new_session=True, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     slow = (subs / "a_slow").resolve()
 
@@ -372,7 +373,8 @@ def test_a_grading_killed_mid_run_is_put_back_by_the_next(contained, tmp_path, m
     first.wait()
     assert _access(files) != before, "the first grading changed nothing: nothing to put back"
     (subs / "a_slow" / "main.py").write_text("raise SystemExit(3)\n")  # quick this time
-    again = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300,
+                           env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert _access(files) == before
 

@@ -22,6 +22,7 @@ import atexit
 import base64
 import contextlib
 import errno
+import functools
 import json
 import os
 import stat
@@ -75,8 +76,11 @@ def restore(saved: Saved) -> None:
         os.chmod(saved.path, saved.mode, follow_symlinks=False)
 
 
+@functools.lru_cache(maxsize=1)
 def store() -> Path:
-    """The journal's folder on this machine (root's, mode 0700)."""
+    """The journal's folder on this machine (root's, mode 0700), chosen once per process: a
+    change held in one journal is put back from the same one, whatever the environment
+    says later."""
     if os.environ.get(STORE_VAR):
         folder = Path(os.environ[STORE_VAR])
     elif os.geteuid() == 0:

@@ -352,6 +352,17 @@ def programs_folders(argv: list[str]) -> list[Path]:
     return found
 
 
+def named_folders(argv: list[str]) -> list[Path]:
+    """The folders `argv`'s options name by absolute path after the program (a resume's
+    checkpoint, `--out`): a run reads them, so a closed way to them is opened too."""
+    found = []
+    for arg in argv[2:]:
+        path = Path(arg)
+        if path.is_absolute() and path.exists():
+            found.append(path.resolve() if path.is_dir() else path.resolve().parent)
+    return found
+
+
 def open_to(run_dir: Path, ids: tuple[int, int], cwd: Path | None = None,
             programs: list[Path] | None = None, ways: list[Path] | None = None) -> None:
     """Give the run user its run directory, a way through the directories above it (but

@@ -404,13 +404,14 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     passed = (conn.fileno(),) if conn is not None else ()
     inner = warm.client_argv(list(argv), passed[0]) if passed else list(argv)
     programs = contain.programs_folders(list(argv)) if ids is not None else []
-    # the closed folders above the program's, opened in the run's own view by nsinit (runs
-    # read their cache's other runs: a resume's checkpoint)
-    ways = contain.ways_in([Path(cwd or os.getcwd()), *programs], [
-        *contain.interpreter_paths(), OBSERVER_DIR, out.parent.parent]) \
+    # the closed folders above what the run reads and writes (its folder, its program's, its
+    # run directory, a resume's checkpoint), opened in the run's own view by nsinit
+    named = contain.named_folders(list(argv)) if ids is not None else []
+    ways = contain.ways_in([Path(cwd or os.getcwd()), *programs, out.parent, *named],
+                           [*contain.interpreter_paths(), OBSERVER_DIR]) \
         if ids is not None and mode == contain.NAMESPACES else []
     full = contain.wrap(inner, out.parent, report, watch.grace_s, passed,
-                        Path(cwd or os.getcwd()), ids, ways, programs) \
+                        Path(cwd or os.getcwd()), ids, ways, [*programs, *named]) \
         if mode == contain.NAMESPACES else inner
     if ids is not None:
         contain.open_to(out.parent, ids, Path(cwd or os.getcwd()), programs, ways)
