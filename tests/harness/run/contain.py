@@ -101,8 +101,8 @@ def _ready_user(name: str, fallback: int) -> tuple[int, int] | None:
     if os.geteuid() != 0 or os.environ.get(FORCE_VAR) == MARKER_SCAN:
         return None
     found = _user(name, fallback)
-    if _can_start(found):
-        return found
+    # held by this process whether or not another's grant is already there: the grant is
+    # put back when the last process holding it ends (access.py), never under a live one
     grant_passage(found[0], closed_dirs(interpreter_paths()))
     return found if _can_start(found) else None
 
@@ -115,6 +115,18 @@ def _can_start(ids: tuple[int, int]) -> bool:
     except (OSError, subprocess.TimeoutExpired, subprocess.SubprocessError):
         return False
     return probe.returncode == 0
+
+
+def interpreter_install() -> list[Path]:
+    """Where this interpreter is installed (itself, its prefixes, its standard library and
+    site-packages), links resolved: what no open way in may hide (`ways_in`). Not sys.path,
+    which a pytest extends with folders of its own tests."""
+    import site
+    import sysconfig
+
+    paths = [sys.executable, sys.base_prefix, sys.prefix, *site.getsitepackages(),
+             *(sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib"))]
+    return [Path(os.path.realpath(p)) for p in paths if p]
 
 
 def interpreter_paths() -> list[Path]:

@@ -408,7 +408,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     # run directory, a resume's checkpoint), opened in the run's own view by nsinit
     named = contain.named_folders(list(argv)) if ids is not None else []
     ways = contain.ways_in([Path(cwd or os.getcwd()), *programs, out.parent, *named],
-                           [*contain.interpreter_paths(), OBSERVER_DIR]) \
+                           [*contain.interpreter_install(), OBSERVER_DIR]) \
         if ids is not None and mode == contain.NAMESPACES else []
     full = contain.wrap(inner, out.parent, report, watch.grace_s, passed,
                         Path(cwd or os.getcwd()), ids, ways, [*programs, *named]) \
