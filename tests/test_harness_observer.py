@@ -183,6 +183,9 @@ def test_a_run_cannot_undo_its_sandbox(contained, tmp_path, monkeypatch):
     assert r.outcome.sandbox.get("privileges", "none").startswith("none"), r.outcome.sandbox
 
 
+@pytest.mark.xfail(reason="contain.ways_in is off (runner.WAYS_IN_OFF): with a session's "
+                   "hidden folders it left platform gradings unconfined; issue 62 is open",
+                   strict=True)
 def test_a_folder_closed_again_above_a_run_does_not_shut_it_out(tmp_path, monkeypatch):
     """A program in a folder below one closed to others (0700: pytest's own temporary root,
     which every pytest that starts closes again, here before the run first looks) is started
