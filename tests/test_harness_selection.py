@@ -15,6 +15,8 @@ from typing import cast
 
 import pytest
 
+from tests.harness.run import access
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -168,3 +170,25 @@ def test_the_package_plugin_registers_every_option_of_the_suite(tmp_path):
     for option in ("--impl", "--grade-json", "--run-timeout", "--run-mem-mb", "--run-file-mb",
                    "--suite-seed", "--hang-after", "--no-observe", "--runs-at-once"):
         assert option in proc.stdout, option
+
+
+def test_a_session_a_test_starts_leaves_this_sessions_temporary_root_open(tmp_path_factory,
+                                                                          tmp_path):
+    """A pytest session that a test starts (a grading, a hostile submission's) makes its
+    temporary root apart: pytest sets the `pytest-of-USER` it makes back to 0700, which would
+    shut the run user out of this session's runs mid-run (tests/harness/run/nested.py)."""
+    base = tmp_path_factory.getbasetemp()
+    top = next((d for d in [base, *base.parents] if d.name.startswith("pytest-of-")), None)
+    if top is None:
+        pytest.skip("a --basetemp outside pytest's own root: no session resets it")
+    (tmp_path / "test_nothing.py").write_text("def test_nothing(tmp_path):\n    pass\n")
+    access.hold(top, lambda p: p.chmod(p.stat().st_mode | 0o011))  # a run's way through
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "-p", "no:xdist", str(tmp_path / "test_nothing.py")],
+                              cwd=tmp_path, text=True, capture_output=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-2000:]
+        assert top.stat().st_mode & 0o011 == 0o011, \
+            f"{top} closed by a nested session: {oct(top.stat().st_mode)}"
+    finally:
+        access.release([top])

@@ -111,7 +111,8 @@ def test_a_mutant_starts_warm_and_keeps_its_patch(server, tmp_path):
     assert warm.eligible(launcher)
     mutant = _run(tmp_path, "mutant", launcher, server.path)
     after = _run(tmp_path, "after", [sys.executable, "-m", "capstone"], server.path)
-    assert mutant.finished() and after.finished()
+    assert mutant.finished(), mutant.reason()
+    assert after.finished(), after.reason()
     ops = {r: [c.op for c in p.calls] for r, p in
            load_observation(Path(mutant.observe_dir)).ranks().items()}
     ref = {r: [c.op for c in p.calls] for r, p in

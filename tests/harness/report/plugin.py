@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.harness.report.grading import LIKELY, NOT_GRADED, graded_name, one_line, write_results
-from tests.harness.run import access, box, contain, plan, stress
+from tests.harness.run import access, box, contain, nested, plan, stress
 from tests.harness.run.runner import SESSION_VAR, kill_pids, processes_with_token, session_prefix
 
 INVARIANT_PREFIX = "test_invariant_"
@@ -58,6 +58,7 @@ class SuiteReport:
             os.environ[plan.FAULT_SEED_VAR] = str(_draw(config, "fault_seed", suite_seed()))
             # what a grading killed mid-run left changed on the instructor's files
             access.replay()
+        self.nested: Path | None = None
         self.started = time.monotonic()
         self.collected: dict[str, str] = {}  # graded nodeid -> weight key
         self.outcomes: dict[str, dict[str, Any]] = {}
@@ -66,6 +67,12 @@ class SuiteReport:
         self.left_behind: list[int] = []
         self.observed: dict[str, dict[str, Any]] = {}  # test name -> what the observer measured
         self.suite_errors: list[str] = []  # the suite's own errors: the instructor's to see
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist starts the workers (trylast)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # the sessions this one starts never close its runs (a worker's: its own folder, as
+        # two workers' nested sessions would close each other's)
+        self.nested = nested.keep_apart(self.config)
 
     def _graded(self, nodeids: list[str]) -> None:
         for nodeid in nodeids:
@@ -120,6 +127,7 @@ class SuiteReport:
             self.matrix.append(json.loads(props["matrix_row"]))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        nested.remove(self.nested)
         if hasattr(self.config, "workerinput"):
             return
         self.left_behind = _kill_leftovers()
