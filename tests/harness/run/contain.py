@@ -117,18 +117,6 @@ def _can_start(ids: tuple[int, int]) -> bool:
     return probe.returncode == 0
 
 
-def interpreter_install() -> list[Path]:
-    """Where this interpreter is installed (itself, its prefixes, its standard library and
-    site-packages), links resolved: what no open way in may hide (`ways_in`). Not sys.path,
-    which a pytest extends with folders of its own tests."""
-    import site
-    import sysconfig
-
-    paths = [sys.executable, sys.base_prefix, sys.prefix, *site.getsitepackages(),
-             *(sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib"))]
-    return [Path(os.path.realpath(p)) for p in paths if p]
-
-
 def interpreter_paths() -> list[Path]:
     """What a run's `python` must reach, links resolved (a venv's `lib64`, its `python`): the
     interpreter itself, its prefixes and its path."""
@@ -285,24 +273,10 @@ def remove_user_roots(session: str) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def ways_in(folders: list[Path], kept: list[Path]) -> list[Path]:
-    """The topmost directories closed to others above `folders`, but those that a path of
-    `kept` (the interpreter's, the observer's, the runs') lies below: under namespaces
-    nsinit mounts an open empty folder over each and binds `folders` back at their paths, so
-    the run's unprivileged user passes through without a change to the host's modes, and
-    whatever resets them while it runs (a pytest that starts closes its pytest-of-USER
-    again) does not shut it out."""
-    closed = closed_dirs([f.resolve() for f in folders])
-    tops = [d for d in closed if not any(d != o and d.is_relative_to(o) for o in closed)]
-    return [d for d in tops if not any(k.resolve().is_relative_to(d) for k in kept)]
-
-
-def _traversable(path: Path, past: list[Path] | None = None) -> None:
+def _traversable(path: Path) -> None:
     """The execute bit for others on every directory above `path` (a way through: others
-    still cannot list them or write there), but at and below `past` (nsinit's open ways in),
-    each change journaled (access.py)."""
-    parents = [d for d in reversed(path.parents)
-               if not any(d.is_relative_to(w) for w in past or [])]
+    still cannot list them or write there), each change journaled (access.py)."""
+    parents = list(reversed(path.parents))
     access.hold_all([(d, _with_bits(0o001)) for d in parents],
                     needed=lambda d: not d.stat().st_mode & 0o001)
 
@@ -313,25 +287,23 @@ def _with_bits(bits: int) -> Callable[[Path], None]:
     return add
 
 
-def readable(folder: Path, again: bool = False, own: bool = False,
-             past: list[Path] | None = None) -> None:
+def readable(folder: Path, again: bool = False, own: bool = False) -> None:
     """Let the run user read a folder (the submission it runs, the observer, an earlier run's
     checkpoints): read for others, and execute on folders, where the folder is closed to
     others (e.g. made 0700 by a temp-dir maker). Done once per folder unless `again`. The
     changes are journaled and put back after (access.py) unless the folder is the suite's
     `own` (a run's directory, removed with its session)."""
     if again or folder not in _OPENED:
-        _open_for_reading(folder, force=again, own=own, past=past)
+        _open_for_reading(folder, force=again, own=own)
         _OPENED.add(folder)
 
 
 _OPENED: set[Path] = set()
 
 
-def _open_for_reading(folder: Path, force: bool, own: bool,
-                      past: list[Path] | None = None) -> None:
+def _open_for_reading(folder: Path, force: bool, own: bool) -> None:
     """(Never through a link: a run, or a submission, may plant one to anywhere.)"""
-    _traversable(folder, past)
+    _traversable(folder)
     if own and not force and folder.stat().st_mode & 0o005 == 0o005:
         return
     found: list[tuple[Path, int]] = []
@@ -376,11 +348,12 @@ def named_folders(argv: list[str]) -> list[Path]:
 
 
 def open_to(run_dir: Path, ids: tuple[int, int], cwd: Path | None = None,
-            programs: list[Path] | None = None, ways: list[Path] | None = None) -> None:
-    """Give the run user its run directory, a way through the directories above it (but
-    through `ways`, which nsinit opens in the run's own view: `ways_in`), and read access to
-    the folder it runs in and to `programs` (`programs_folders`)."""
-    _traversable(run_dir, ways)
+            programs: list[Path] | None = None) -> None:
+    """Give the run user its run directory, a way through the directories above it, and
+    read access to the folder it runs in and to `programs` (`programs_folders`). (A folder
+    above closed again while the run runs shuts it out: the suite's own nested pytest
+    sessions keep their temporary roots apart for that, nested.py.)"""
+    _traversable(run_dir)
     os.chown(run_dir, *ids)
     for top, dirs, files in os.walk(run_dir, followlinks=False):  # the suite's, so far
         for name in [*dirs, *files]:
@@ -388,11 +361,11 @@ def open_to(run_dir: Path, ids: tuple[int, int], cwd: Path | None = None,
     if cwd is not None:
         # the way to it anew for every run: a folder above may have been closed since (a
         # pytest starting elsewhere sets its /tmp/pytest-of-USER back to 0700)
-        _traversable(cwd.resolve(), ways)
-        readable(cwd.resolve(), past=ways)
+        _traversable(cwd.resolve())
+        readable(cwd.resolve())
     for folder in programs or []:
-        _traversable(folder, ways)
-        readable(folder, past=ways)
+        _traversable(folder)
+        readable(folder)
 
 
 def user_processes(uid: int) -> list[int]:
@@ -444,22 +417,20 @@ def hidden_folders() -> list[str]:
 
 def wrap(argv: list[str], run_dir: Path, report: Path, grace_s: float,
          pass_fds: tuple[int, ...] = (), cwd: Path | None = None,
-         user: tuple[int, int] | None = None, ways: list[Path] | None = None,
-         programs: list[Path] | None = None) -> list[str]:
+         user: tuple[int, int] | None = None, programs: list[Path] | None = None) -> list[str]:
     """`argv` as started inside its own namespaces (unchanged under the marker scan); nsinit
     gives a process still exiting `grace_s` (the runner's `Watch.grace_s`) before it counts
     as a survivor, hands `pass_fds` on to the command and starts it as `user` (uid, gid)
-    without privileges. The session's hidden folders and the closed `ways` in (`ways_in`)
-    are empty in the run's view, but for its own working directory (its submission) and
-    `programs`' folders."""
+    without privileges. The session's hidden folders are empty in the run's view, but for
+    its own working directory (its submission) and `programs`' folders."""
     prefix = _unshare_prefix()
     if prefix is None:
         return argv
     passed = [f"--pass-fd={fd}" for fd in pass_fds]
     if user is not None:
         passed.append(f"--user={user[0]}:{user[1]}")
-    passed += [f"--hide={h}" for h in [*hidden_folders(), *(ways or [])]]
-    if cwd is not None and (hidden_folders() or ways):
+    passed += [f"--hide={h}" for h in hidden_folders()]
+    if cwd is not None and hidden_folders():
         passed += [f"--show={f.resolve()}" for f in [cwd, *(programs or [])]]
     # -S: nsinit needs the standard library alone, and the site-packages' .pth hooks (an
     # editable install's finder) took two thirds of its interpreter's start (~20 ms a run)

@@ -363,9 +363,6 @@ def _warm_connection(watch: Watch, mode: str, argv: list[str]) -> socket.socket 
     return None  # the server is gone: a cold start
 
 
-WAYS_IN_OFF = True  # contain.ways_in: see _run
-
-
 def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None = None,
                 mem_bytes: int | None = None, file_bytes: int | None = None,
                 watch: Watch | None = None) -> Outcome:
@@ -407,20 +404,14 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     passed = (conn.fileno(),) if conn is not None else ()
     inner = warm.client_argv(list(argv), passed[0]) if passed else list(argv)
     programs = contain.programs_folders(list(argv)) if ids is not None else []
-    # the closed folders above what the run reads and writes (its folder, its program's, its
-    # run directory, a resume's checkpoint), opened in the run's own view by nsinit
+    # what the run reads beside its own folder (a resume's checkpoint): shown through the
+    # session's hidden folders
     named = contain.named_folders(list(argv)) if ids is not None else []
-    # Off: with the session's hidden folders (a class, the reference) the open ways in left
-    # platform gradings unconfined (issue 62 is open); the host's modes are opened instead
-    ways: list[Path] = [] if WAYS_IN_OFF else contain.ways_in(
-        [Path(cwd or os.getcwd()), *programs, out.parent, *named],
-        [*contain.interpreter_install(), OBSERVER_DIR]) \
-        if ids is not None and mode == contain.NAMESPACES else []
     full = contain.wrap(inner, out.parent, report, watch.grace_s, passed,
-                        Path(cwd or os.getcwd()), ids, ways, [*programs, *named]) \
+                        Path(cwd or os.getcwd()), ids, [*programs, *named]) \
         if mode == contain.NAMESPACES else inner
     if ids is not None:
-        contain.open_to(out.parent, ids, Path(cwd or os.getcwd()), programs, ways)
+        contain.open_to(out.parent, ids, Path(cwd or os.getcwd()), programs)
         if observe_dir is not None:
             contain.readable(OBSERVER_DIR)  # its sitecustomize must load in every process
     ooms_before, stress_before = box.oom_kills(), stress.read()
