@@ -25,7 +25,7 @@ from tests.harness.check.state_checks import WHOLE_HINT
 from tests.harness.check.work_checks import check_reduced
 from tests.harness.diagnose.diagnosis import diagnose
 from tests.harness.observe.violations import summarize
-from tests.harness.run.runs import BASE, nemesis_kill, nemesis_of
+from tests.harness.run.runs import BASE, TP2DP2, nemesis_kill, nemesis_of
 
 STYLES = Path(__file__).resolve().parent / "styles"
 CORPUS = ("flat_parameter", "optimizer_class", "process_spawn", "subprocess_ranks",
@@ -124,6 +124,21 @@ def test_a_correct_program_of_the_corpus_passes_every_check(reference_only, cold
                      INVARIANT_CHECKS + exercises, cold_run_cache.seed)
     broken = {k: v for k, v in found.items() if v}
     assert not broken, "\n".join(f"{k}:\n{summarize(v)}" for k, v in broken.items())
+
+
+@pytest.mark.corpus
+def test_a_bias_one_rank_of_each_group_holds_is_that_ranks_own(reference_only, cold_run_cache):
+    """Issue 63, finding 6: bias_on_first.py holds the output projection's bias on
+    tensor-parallel rank 0 of each group only, a correct layout: its ranks log their own
+    `optimizer_bytes` (rank 1 of a group C fewer elements per block), and exercise 1 passes
+    on them. (Its invariants are flat_parameter's: without --tensor-parallel the two programs
+    are one.)"""
+    found = evaluate(lambda spec: cold_run_cache.get(style("bias_on_first"), spec),
+                     ("tensor_parallel",), cold_run_cache.seed)["tensor_parallel"]
+    assert found == [], summarize(found)
+    run = cold_run_cache.get(style("bias_on_first"), TP2DP2)
+    logged = {r: recs[max(recs)]["optimizer_bytes"] for r, recs in run.parsed.records.items()}
+    assert logged[0] == logged[2] > logged[1] == logged[3], logged  # the layout is not one
 
 
 def test_accumulating_in_a_flat_buffer_is_the_one_batch_gradient(reference_only, run_cache):

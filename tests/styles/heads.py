@@ -111,8 +111,12 @@ class HeadAttention(nn.Module):
     group. `qkv` holds the heads' rows of q, k, v; `proj` the matching input columns."""
 
     def __init__(self, qkv: nn.Linear | tuple[nn.Linear, ...], proj: nn.Linear, heads: int,
-                 g: Groups, t: int, style: str) -> None:
+                 g: Groups, t: int, style: str, bias_first: bool = False) -> None:
         super().__init__()
+        # bias_first (the hand styles): the output projection's bias on group rank 0 only,
+        # added there before the sum (as Megatron's RowParallelLinear may hold it); else on
+        # every rank, added once after the sum
+        self.bias_first = bias_first and style in ("hand", "exchange")
         self.separate = isinstance(qkv, tuple)  # q, k and v as three projections
         c = qkv[0].in_features if isinstance(qkv, tuple) else qkv.in_features
         self.heads, self.local, self.group, self.style = heads // t, c // t, g.tp, style
@@ -133,9 +137,13 @@ class HeadAttention(nn.Module):
         if style in ("hand", "exchange"):
             rows = head_rows(c, heads, t, g.tp_rank)
             self.qkv = nn.Linear(c, 3 * self.local)
-            self.proj = nn.Linear(self.local, c, bias=False)
-            self.proj_bias = nn.Parameter(proj.bias.detach().clone())  # added once
+            first = self.bias_first and g.tp_rank == 0
+            self.proj = nn.Linear(self.local, c, bias=first)
+            if not self.bias_first:
+                self.proj_bias = nn.Parameter(proj.bias.detach().clone())  # added once
             with torch.no_grad():
+                if first:
+                    self.proj.bias.copy_(proj.bias)
                 self.qkv.weight.copy_(qkv.weight[rows])
                 self.qkv.bias.copy_(qkv.bias[rows])
                 cols = slice(g.tp_rank * self.local, (g.tp_rank + 1) * self.local)
@@ -169,6 +177,8 @@ class HeadAttention(nn.Module):
         q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = self.proj(a.transpose(1, 2).reshape(b, t, self.local))
+        if by_hand and self.bias_first:
+            return _G.apply(y, self.group, exchange)  # group rank 0's bias summed in
         if by_hand:
             return _G.apply(y, self.group, exchange) + self.proj_bias
         return y  # RowwiseParallel summed the partial outputs (its bias added once)
@@ -191,5 +201,7 @@ def mark(att: HeadAttention) -> None:
     """The hand style's slices, for the gradient norm (counted once over the group)."""
     if att.style in ("hand", "exchange"):
         qkv = (att.q, att.k, att.v) if att.separate else (att.qkv,)
-        for p in (*(z.weight for z in qkv), *(z.bias for z in qkv), att.proj.weight):
+        # a bias one rank of the group holds counts once over the group, as a slice does
+        first = [att.proj.bias] if att.proj.bias is not None else []
+        for p in (*(z.weight for z in qkv), *(z.bias for z in qkv), att.proj.weight, *first):
             p.tp_sharded = True  # type: ignore[attr-defined]

@@ -197,6 +197,7 @@ class Style:
     sum_micro: bool = False  # a mistake: micro-batch gradients summed, not divided by M
     tp: str = "hand"  # exercise 1's heads: the f/g pair by hand, or "dtensor" (heads.py)
     mesh: bool = False  # its groups from a DeviceMesh, else from dist.new_group
+    bias_first: bool = False  # the output projection's bias on tensor-parallel rank 0 only
     # The style space's knobs (space.py): how the collectives are written (ways.py), the
     # model, activation checkpointing, micro-batches inside a step, where the mean is taken,
     # the group the collectives use and gradient clipping.
@@ -290,7 +291,8 @@ def train(rank: int, n: int, a: argparse.Namespace, style: Style) -> None:
                 for name in ("q", "k", "v", "qkv", "proj"):
                     if hasattr(block, name):
                         delattr(block, name)
-            block.heads = heads.HeadAttention(qkv, proj, H, groups, tp, style.tp)
+            block.heads = heads.HeadAttention(qkv, proj, H, groups, tp, style.tp,
+                                              style.bias_first)
             heads.mark(block.heads)
     params: list[torch.Tensor] = list(model.parameters())
     weights: dict[str, torch.Tensor] = {}
