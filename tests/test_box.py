@@ -45,11 +45,19 @@ GRADER = textwrap.dedent("""
     root, argv = Path(sys.argv[1]), json.loads(sys.argv[2])
     mem = box.process_cap_mb(box.read_box()) * 2**20
     bound = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
+    nemesis = sys.argv[4] if len(sys.argv) > 4 else None  # the suite's own fault, KIND@S:R
     cache = RunCache(root, bound, Path.cwd(), mem, 64 * 2**20, Watch(observe=True, contain=True))
-    spec = RunSpec("box", world_size=2, batch_size=8, steps=6, checkpoint_every=3)
+    spec = RunSpec("box", world_size=2, batch_size=8, steps=6, checkpoint_every=3,
+                   nemesis=nemesis)
     if argv:  # none: only the session's start (the probe of how torch starts in the box)
-        outcome = asdict(cache.get(tuple(argv), spec).outcome)
-        print(json.dumps({**outcome, "cap_mb": cache.mem_bytes / 2**20}))
+        run = cache.get(tuple(argv), spec)
+        said = {}
+        if nemesis:
+            from tests.harness.check.fault_checks import check_nemesis
+            step, rank = map(int, nemesis.split("@")[1].split(":"))
+            said["nemesis"] = [asdict(v) for v in check_nemesis(run, step, rank)]
+        print(json.dumps({**asdict(run.outcome), "cap_mb": cache.mem_bytes / 2**20, **said},
+                         default=str))
 """)
 # Another tenant of the box (a run of another test, the grader's own growth): it holds
 # `hold` MB until the kernel's OOM killer has struck in the box once, then lets go.
@@ -74,10 +82,11 @@ NEIGHBOUR = textwrap.dedent("""
 
 
 def grade_one_run(box: cgbox.CgBox, tmp_path: Path, argv: list[str],
-                  bound_s: float = 60.0) -> dict:
+                  bound_s: float = 60.0, nemesis: str = "") -> dict:
     proc = subprocess.run([sys.executable, "-c", GRADER, str(tmp_path / "runs"),
-                           json.dumps(argv), str(bound_s)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900, preexec_fn=box.enter)
+                           json.dumps(argv), str(bound_s), *([nemesis] if nemesis else [])],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          preexec_fn=box.enter)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(json.loads(proc.stdout.splitlines()[-1]))
 
@@ -210,6 +219,32 @@ def test_a_run_in_the_box_cannot_leave_it_or_undo_its_sandbox(tmp_path, monkeypa
     assert written.is_file(), outcome
     done = json.loads(written.read_text())
     assert all(v.startswith("refused") for v in done.values()), done
+
+
+@pytest.mark.box
+@pytest.mark.parametrize("prober,containment", [("plan_prober", "namespaces"),
+                                                ("plan_prober_libc", "run-user")])
+def test_a_process_that_asks_the_plan_in_the_box_takes_the_fault_and_is_told(
+        tmp_path, monkeypatch, prober, containment):
+    """Issue 62 in Gradescope's box: a child forked from the launcher (by os.fork, or by
+    libc's fork that skips Python's at-fork hooks) asks the fault plan every question a rank
+    could ask. The plan answers the fault's own moment only, once: the prober learns it by
+    taking it, the rank meets no fault, and the suite says so with the hint."""
+    from tests.harness.check.fault_checks import PLAN_HINT
+
+    if containment == "run-user":
+        monkeypatch.setenv(contain.FORCE_VAR, contain.USER)
+        if contain.run_user() is None:
+            pytest.skip(f"no run user here: {contain.why_not_user()}")
+    elif contain.mode() != contain.NAMESPACES:
+        pytest.skip("no namespaces here")
+    with cgbox.CgBox(768, 0.5) as box:
+        outcome = grade_one_run(box, tmp_path, [sys.executable, str(HOSTILE / f"{prober}.py")],
+                                bound_s=60.0, nemesis="nan@5:1")
+    probe = json.loads((Path(outcome["out"]) / "probe.json").read_text())
+    assert probe["found"] == ["backward 5 1: nan@5:1"], probe
+    [v] = outcome["nemesis"]
+    assert v["found"] == "taken" and v["message"].endswith(PLAN_HINT), v
 
 
 # A tenant that holds `hold` MB of the box for as long as it lives (never the one killed):
