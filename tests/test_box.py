@@ -194,6 +194,17 @@ def test_a_program_that_sleeps_in_a_throttled_box_is_still_charged(tmp_path):
     assert outcome["earlier"] == [] and outcome["not_graded"] == "", outcome
 
 
+def _contained(monkeypatch: pytest.MonkeyPatch, containment: str) -> None:
+    """Grade the box's runs under `containment` ("run-user": as if unshare were refused),
+    or skip where this machine cannot."""
+    if containment == "run-user":
+        monkeypatch.setenv(contain.FORCE_VAR, contain.USER)
+        if contain.run_user() is None:
+            pytest.skip(f"no run user here: {contain.why_not_user()}")
+    elif contain.mode() != contain.NAMESPACES:
+        pytest.skip("no namespaces here")
+
+
 @pytest.mark.box
 @pytest.mark.parametrize("containment", ["namespaces", "run-user"])
 def test_a_run_in_the_box_cannot_leave_it_or_undo_its_sandbox(tmp_path, monkeypatch,
@@ -202,14 +213,7 @@ def test_a_run_in_the_box_cannot_leave_it_or_undo_its_sandbox(tmp_path, monkeypa
     into the root cgroup (out of the box and its memory limit), makes a cgroup, remounts,
     unmounts, bind-mounts, writes /proc/sys, ptraces, takes uid 0: every attempt refused,
     under namespaces and as the run user (unshare refused)."""
-    from tests.harness.run import contain
-
-    if containment == "run-user":
-        monkeypatch.setenv(contain.FORCE_VAR, contain.USER)
-        if contain.run_user() is None:
-            pytest.skip(f"no run user here: {contain.why_not_user()}")
-    elif contain.mode() != contain.NAMESPACES:
-        pytest.skip("no namespaces here")
+    _contained(monkeypatch, containment)
     with cgbox.CgBox(768, 0.5) as box:
         outcome = grade_one_run(box, tmp_path, [sys.executable, str(HOSTILE / "undo.py")],
                                 bound_s=30.0)
@@ -232,12 +236,7 @@ def test_a_process_that_asks_the_plan_in_the_box_takes_the_fault_and_is_told(
     taking it, the rank meets no fault, and the suite says so with the hint."""
     from tests.harness.check.fault_checks import PLAN_HINT
 
-    if containment == "run-user":
-        monkeypatch.setenv(contain.FORCE_VAR, contain.USER)
-        if contain.run_user() is None:
-            pytest.skip(f"no run user here: {contain.why_not_user()}")
-    elif contain.mode() != contain.NAMESPACES:
-        pytest.skip("no namespaces here")
+    _contained(monkeypatch, containment)
     with cgbox.CgBox(768, 0.5) as box:
         outcome = grade_one_run(box, tmp_path, [sys.executable, str(HOSTILE / f"{prober}.py")],
                                 bound_s=60.0, nemesis="nan@5:1")
