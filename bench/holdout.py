@@ -23,7 +23,7 @@ from record import Figure, save  # noqa: E402
 
 from tests.harness.platforms.session import Grading, grade  # noqa: E402
 from tests.harness.report.grading import root_causes  # noqa: E402
-from tests.holdout.catalogue import HOLDOUTS, Holdout  # noqa: E402
+from tests.holdout.catalogue import FAULT_SEED, HOLDOUTS, SUITE_SEED, Holdout  # noqa: E402
 
 
 def graded(mistake: Holdout) -> tuple[Holdout, float, str]:
@@ -33,7 +33,8 @@ def graded(mistake: Holdout) -> tuple[Holdout, float, str]:
         sub.mkdir()
         shutil.copy(mistake.program, sub / "main.py")
         results = grade(sub, Path(tmp) / "results.json",
-                        Grading(entry=f"{sys.executable} main.py", sees_reference=True).resolved())
+                        Grading(entry=f"{sys.executable} main.py", sees_reference=True,
+                                suite_seed=SUITE_SEED, fault_seed=FAULT_SEED).resolved())
     causes = root_causes(results)
     return mistake, float(results["score"]), causes[0] if causes else ""
 

@@ -188,6 +188,20 @@ def test_exercises_are_graded_only_where_a_grading_selects_them(tmp_path, monkey
     assert not any("test_exercise_" in c for c in cmd)
 
 
+def test_a_grading_with_both_seeds_given_is_the_same_grading_every_time(tmp_path):
+    """A grading draws its suite seed and its fault seed afresh unless given (a real grading:
+    no answer replay); the hold-outs are graded under both given (tests/holdout/), so that a
+    verdict is the mistake's and never a draw's."""
+    from tests.harness.platforms.session import Grading, pytest_command
+
+    cmd = pytest_command(tmp_path / "r.json", Grading(runs_at_once=1, suite_seed=0,
+                                                      fault_seed=7))
+    assert cmd[cmd.index("--suite-seed") + 1] == "0"
+    assert cmd[cmd.index("--fault-seed") + 1] == "7"
+    fresh = pytest_command(tmp_path / "r.json", Grading(runs_at_once=1))
+    assert "--suite-seed" not in fresh and "--fault-seed" not in fresh
+
+
 def test_the_autograder_ships_the_exercises_it_grades():
     from tests.autograder import contents, parse_build_args
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.harness.platforms.session import Grading, grade
 from tests.harness.report.grading import root_causes
-from tests.holdout.catalogue import GENERIC, HOLDOUTS, RIGHT, Holdout
+from tests.holdout.catalogue import FAULT_SEED, GENERIC, HOLDOUTS, RIGHT, SUITE_SEED, Holdout
 
 pytestmark = [pytest.mark.grades, pytest.mark.slow, pytest.mark.long]
 
@@ -25,7 +25,8 @@ def test_a_holdout_mistake_is_caught_and_told_first_as_itself(tmp_path, referenc
     sub.mkdir()
     shutil.copy(mistake.program, sub / "main.py")
     results = grade(sub, tmp_path / "results.json",  # programs that import the reference
-                    Grading(entry=f"{sys.executable} main.py", sees_reference=True).resolved())
+                    Grading(entry=f"{sys.executable} main.py", sees_reference=True,
+                                suite_seed=SUITE_SEED, fault_seed=FAULT_SEED).resolved())
     causes = root_causes(results) or [""]
     verdict = mistake.verdict(results["score"], causes[0])
     assert verdict in ((RIGHT,) if mistake.signature else (RIGHT, GENERIC)), \

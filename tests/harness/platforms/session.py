@@ -47,6 +47,7 @@ class Grading:
     runs_at_once: int | None = None  # runs the session makes at once, in its one pytest
     #                                  process (None: what the box fits)
     suite_seed: int | None = None  # None: a fresh seed per session
+    fault_seed: int | None = None  # where the suite's faults fall (None: a fresh seed)
     session_timeout_s: float = 600.0  # the whole session, whatever the submission does
     grading_config: Path | None = None  # weights and visibility ($CAPSTONE_GRADING)
     file_mb: int = 64  # largest file a run may write (its logs included): floods stop there
@@ -92,6 +93,8 @@ def pytest_command(results: Path, g: Grading, root: Path = ROOT) -> list[str]:
         cmd += ["--runs-at-once", str(g.runs_at_once)]
     if g.suite_seed is not None:
         cmd += ["--suite-seed", str(g.suite_seed)]
+    if g.fault_seed is not None:
+        cmd += ["--fault-seed", str(g.fault_seed)]
     if not g.observe:
         cmd.append("--no-observe")
     return cmd
