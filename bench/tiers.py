@@ -68,8 +68,10 @@ def whole_ci() -> list[Figure]:
     if proc.returncode != 0:  # the tiers it got through are still measured: say where it ended
         print(f".ci/run failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n"
               f"{proc.stderr[-2000:]}", file=sys.stderr)
+        # .ci/run's `tier` logs a tier's time before it exits on its status: the failed tier
+        # is the last one listed (none listed: the install, the lint or the types failed)
         figures.append(Figure("`bash .ci/run`", f"FAILED (exit {proc.returncode}) after "
-                              f"{wall / 60:.1f} min, in the tier after the last one below"))
+                              f"{wall / 60:.1f} min, in the last tier listed below"))
     for name, seconds in rows:
         s = float(seconds)
         print(f"{name}: {s:.0f} s", flush=True)
