@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grade_class: not grading: {e}", file=sys.stderr)
         return 2
     # no run reads a classmate's submission, the grades, the feedback or the reference
-    g = Grading(entry, a.run_timeout, None, a.suite_seed, a.session_timeout,
+    g = Grading(entry=entry, run_timeout_s=a.run_timeout, runs_at_once=None,
+                suite_seed=a.suite_seed, session_timeout_s=a.session_timeout,
                 observe=not a.no_observe, exercises=exercises, hidden=(a.submissions, a.out),
                 sees_reference=sees_reference)
     resources = JobResources(a.cpus_per_task, a.session_timeout / 60 + 5, a.partition,

@@ -38,7 +38,7 @@ def graded_modules(root: Path = ROOT, exercises: tuple[str, ...] = ()) -> list[s
         str(root / "tests" / f"test_exercise_{name}.py") for name in exercises_of(exercises)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # by name only: a field added never shifts another
 class Grading:
     """How a submission is graded: its entry command and the suite's bounds."""
 
