@@ -54,7 +54,8 @@ GRADER = textwrap.dedent("""
         said = {}
         if nemesis:
             from tests.harness.check.fault_checks import check_nemesis
-            step, rank = map(int, nemesis.split("@")[1].split(":"))
+            from tests.harness.run.runs import nemesis_of
+            _, step, rank = nemesis_of(spec)
             said["nemesis"] = [asdict(v) for v in check_nemesis(run, step, rank)]
         print(json.dumps({**asdict(run.outcome), "cap_mb": cache.mem_bytes / 2**20, **said},
                          default=str))
