@@ -211,7 +211,20 @@ def run(cfg: TrainConfig) -> None:
               cfg.backend, cfg.device)
 
 
+def reimported_by_a_rank() -> bool:
+    """True while a rank that multiprocessing starts by forkserver or spawn re-imports the
+    script that launched it (as `__mp_main__`, before the rank's own code runs), the flag
+    Python's own check reads. The launcher starts its ranks by forkserver once it has
+    threads, so a script that calls `exit_now(main(...))` at its top level, without
+    `if __name__ == "__main__":`, runs again in every rank: it must then do nothing."""
+    import multiprocessing
+
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if reimported_by_a_rank():
+        return 0
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] == "demo":
         import_torch()
@@ -241,20 +254,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def exit_now(code: int) -> NoReturn:
+def exit_now(code: int) -> None:
     """Flush stdout/stderr and leave at once, without the interpreter's teardown.
 
     Call it only once every rank is joined and every file this process wrote is closed:
     the teardown then has nothing left to save, yet after `import torch` it would still
     garbage-collect each object torch created, about 0.6 s here (as long as the 20
-    training steps).
+    training steps). In a rank re-importing the script (`reimported_by_a_rank`) it returns:
+    the rank's own code runs next.
     """
+    if reimported_by_a_rank():
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
-def console_main() -> NoReturn:
+def console_main() -> None:
     """`python -m capstone` and the `capstone` script: `main`, then `exit_now`. An exception
     from `main` still ends the normal way, with its traceback."""
     exit_now(main())

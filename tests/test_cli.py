@@ -3,6 +3,7 @@ pass instead, and nothing is written."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,29 @@ def test_a_tensor_parallel_checkpoint_resumes_only_on_its_mesh(tmp_path, run_cac
                  "--resume", str(ckpt)]) == 2
     assert "resume with the same --world-size 2 and --tensor-parallel 2" in \
         capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_runs_once_when_its_ranks_start_by_forkserver(tmp_path):
+    """A student's main.py written as the reference submission is (`exit_now(main(...))` at
+    its top level, no `if __name__ == "__main__":`) whose process has a thread when it
+    launches: the launcher then starts the ranks by forkserver, and each rank re-imports the
+    script before its own code runs. Those re-imports must do nothing (each used to run the
+    whole command again in the rank, refuse the run directory and exit 2)."""
+    script = tmp_path / "main.py"
+    script.write_text("import sys, threading, time\n"
+                      "threading.Thread(target=time.sleep, args=(120,), daemon=True).start()\n"
+                      "from capstone.cli import exit_now, main\n"
+                      "exit_now(main(sys.argv[1:]))\n")
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, str(script), "--out", str(out), "--world-size", "2",
+                           "--steps", "2", "--checkpoint-every", "0"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and "error" not in done.stderr, done.stderr[-2000:]
+    for rank in (0, 1):  # step 0, 1 and 2, once each
+        steps = [json.loads(line)["step"] for line in
+                 (out / "metrics" / f"rank-{rank}.jsonl").read_text().splitlines()]
+        assert steps == [0, 1, 2], (rank, steps)
 
 
 def test_non_empty_run_directory_is_refused(tmp_path, capsys):
