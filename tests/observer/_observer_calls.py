@@ -123,6 +123,62 @@ def digest(op: str, bound: dict[str, Any]) -> dict[str, Any]:
                            "sample": [float(v) for v in picks.tolist()]}}
 
 
+# Every step, a few elements of the gradient on its way to its reduction (at the same
+# positions of each rank's part of it) and of the shard on its way to its gather: the update
+# each position took and the gradients it took it from, which the suite fits Adam to
+# (tests/harness/check/adam_checks.py). A few dozen numbers a call, read by index.
+TRAIL = 16
+# The input each op takes the rank's data from, cut into `world` parts (a reduce-scatter's
+# or an all-to-all's chunk k goes to rank k; an all-reduce's, a ZeRO-1 shard's place)
+TRAIL_PARTED = {"all_reduce": "tensor", "reduce_scatter_tensor": "input",
+                "reduce_scatter": "input_list", "all_to_all_single": "input",
+                "all_to_all": "input_tensor_list"}
+TRAIL_GATHERED = ("all_gather_into_tensor", "all_gather")
+
+
+def spots(n: int) -> list[int]:
+    """TRAIL positions spread over a part of n elements (fewer where n is smaller)."""
+    return sorted({i * (n - 1) // max(TRAIL - 1, 1) for i in range(TRAIL)}) if n else []
+
+
+def _picked(parts: list[Any], positions: list[int]) -> list[float]:
+    """The elements at `positions` of the parts laid end to end (float64 values)."""
+    out, start, k = [], 0, 0
+    for t in parts:
+        flat = t.detach().reshape(-1)
+        end = start + flat.numel()
+        while k < len(positions) and positions[k] < end:
+            out.append(float(flat[positions[k] - start]))
+            k += 1
+        start = end
+    return out
+
+
+def trail(op: str, bound: dict[str, Any], world: int) -> dict[str, Any]:
+    """A reduction's or an all-to-all's floating input of a gradient's size: its elements at
+    `spots` of each of the `world` parts a reduce-scatter would give (`x`); a gather's input (a
+    shard, the gathered result a gradient's size): its elements at `spots` (`p`). Else
+    nothing."""
+    if op in TRAIL_PARTED:
+        parts = [t for t in tensors_in(bound.get(TRAIL_PARTED[op])) if t.is_floating_point()]
+        n = sum(t.numel() for t in parts)
+        if n < DIGEST_MIN or world < 1:
+            return {}
+        shard = -(-n // world)
+        at = [k * shard + j for k in range(world) for j in spots(shard)]
+        inside = _picked(parts, [i for i in at if i < n])  # past n: padding, 0
+        return {"trail": {"n": n, "x": inside + [0.0] * (len(at) - len(inside))}}
+    if op in TRAIL_GATHERED:
+        name = "tensor" if op == "all_gather" else (
+            "input_tensor" if "input_tensor" in bound else "input")
+        parts = [t for t in tensors_in(bound.get(name)) if t.is_floating_point()]
+        n = sum(t.numel() for t in parts)
+        if n * max(world, 1) < DIGEST_MIN:
+            return {}
+        return {"trail": {"n": n, "p": _picked(parts, spots(n))}}
+    return {}
+
+
 RECEIVING = ("recv", "irecv", "broadcast", "broadcast_object_list")
 BY_HAND = ("all_to_all", "all_to_all_single", "send", "isend", "batch_isend_irecv")
 

@@ -49,6 +49,9 @@ class Call:
     # A gradient-sized reduction's input: n, sum, sq (sum of squares), sample (16 elements)
     digest: dict[str, Any] | None = None
     of: str = ""  # a wait: the call whose Work it waits on, where the observer knew it
+    # Every step: a reduction's or all-to-all's input at 16 positions of each rank's part
+    # ("x"), or a gather's input at 16 positions ("p"); what the Adam yardstick fits
+    trail: dict[str, Any] | None = None
 
     @property
     def p2p(self) -> bool:
@@ -204,7 +207,8 @@ def _call(rec: dict[str, Any]) -> Call:
                 fresh=None if fresh is None else int(fresh),
                 nonfinite=bool(rec.get("nonfinite")),
                 values=[float(v) for v in rec.get("values") or []],
-                digest=rec.get("digest"), of=str(rec.get("of") or ""))
+                digest=rec.get("digest"), of=str(rec.get("of") or ""),
+                trail=rec.get("trail") if isinstance(rec.get("trail"), dict) else None)
 
 
 class TraceFile:
