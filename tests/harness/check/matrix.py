@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tests.harness.check.adam_checks import check_adam
 from tests.harness.check.checks import (
     Run,
     check_clean_exit,
@@ -141,7 +142,8 @@ CHECKS: dict[str, Callable[[Getter, int], list[Violation]]] = {
         + check_reduced(run(BASE))),
     "no_deadlock": lambda run, _: check_clean_exit(run(BASE)),
     "byte_exact_resume": lambda run, _: check_resume(run(BASE), run(RESUMED), 10),
-    "single_process_parity": lambda run, _: check_parity(run(BASE), run(SINGLE)),
+    "single_process_parity": lambda run, _: check_parity(run(BASE), run(SINGLE))
+    + check_adam(run(BASE)),
     "rollback": _rollback,
     # Exercise 2 (graded where a grading selects it): --micro-batches 4 against one batch.
     "accumulation": lambda run, _: _accumulation(run),

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable
 
+from tests.harness.check.adam_checks import BETAS_SWAPPED, UNCORRECTED
 from tests.harness.check.checks import LATE_GUARD, SYNCED, UNSYNCED
 from tests.harness.check.fault_checks import ATOMIC_HINT, FLAG_HINT, KILL_HINT, PLAN_HINT
 from tests.harness.check.state_checks import WHOLE_HINT
@@ -46,6 +47,13 @@ NOT_REDUCED = ("gradients are not reduced across ranks: each owner updates its s
                "its own local gradient (reduce-scatter with the mean)")
 UPDATE = ("step 1's loss agrees and later ones drift: the update is wrong, not the data "
           "(gradient averaging, Adam's inputs or hyper-parameters)")
+# Adam's update measured outside the program (adam_checks.py): told on its signature only
+ADAM_BETAS = (f"{BETAS_SWAPPED}: the updates the suite sampled are exactly Adam's with β1 > β2; "
+              "pass betas=(β1, β2) with the first moment's the smaller (torch's default "
+              "(0.9, 0.999))")
+ADAM_RAW = (f"{UNCORRECTED}: the updates the suite sampled are exactly m / (sqrt(v) + eps) of "
+            "the raw moments; divide exp_avg by (1 - β1^t) and exp_avg_sq by (1 - β2^t), t the "
+            "step counted from 1, as torch.optim.Adam does")
 LOCAL_LOSS = "each rank logs its own batch's loss: log the all-reduced mean over ranks"
 LOSS_RISES = ("the loss rises: a wrong update (learning rate, gradient averaging) or a rank "
               "whose parameters went stale")
@@ -121,8 +129,10 @@ def _parity(vs: list[Violation], n: int) -> list[str]:
     run's (their ratio per step) and from whether the loss parts: N at step 1, a sum; 1/N at
     every step, a division by N made twice; below 1 while the loss never parts, a norm of part
     of the gradient; above 1 with the loss parting after step 1, a gradient not reduced.
-    Where none holds, what was seen and the mistakes it is consistent with."""
-    found = []
+    Where none holds, what was seen and the mistakes it is consistent with. First, a wrong
+    Adam where the suite measured the update (the betas swapped, no bias correction)."""
+    found = [ADAM_BETAS if v.message.startswith(BETAS_SWAPPED) else ADAM_RAW for v in vs
+             if v.message.startswith((BETAS_SWAPPED, UNCORRECTED))]
     by_key: dict[str, list[Violation]] = {}
     for v in vs:
         key = str(v.expected).split(" ", 1)[0]
@@ -156,7 +166,7 @@ def _parity(vs: list[Violation], n: int) -> list[str]:
         said = first.message
         found += [BROADCAST] if UNSYNCED in said else [ROWS] if SYNCED in said else \
             [ROWS, BROADCAST]
-    elif loss:
+    elif loss and not found:  # a wrong Adam, where measured, is the update's cause
         found.append(UPDATE)
     return found
 
