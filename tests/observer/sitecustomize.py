@@ -226,7 +226,8 @@ class _Observer:
                     record.update(_calls.describe(op, bound), **extra)
                     if self.steps <= 1:  # step 1's gradient (exercise 2), its forward's (1)
                         record.update(_calls.digest(op, bound))
-                    record.update(_calls.trail(op, bound, len(record.get("group") or ())))
+                    with contextlib.suppress(Exception):  # a sample lost, never the call
+                        record.update(_calls.trail(op, bound, len(record.get("group") or ())))
                     if op in _calls.BY_HAND:
                         record["fresh"] = self.fresh(op, bound)
                 except Exception as e:  # never let the observer break the call
