@@ -32,7 +32,7 @@ RATES = st.sampled_from([1e-4, 1e-3, 1e-2, 3e-2])
 # Rates whose updates float32 holds to the precision a name needs (at 1e-4, updates of
 # parameters near 0.5 are ~1e3 ulps: the yardstick then names nothing, and charges nothing)
 NAMED_AT = st.sampled_from([1e-3, 1e-2, 3e-2])
-FEW = settings(max_examples=12)  # a fit is ~0.1 s: the default tier's time
+FEW = settings(max_examples=8)  # a fit is ~0.1 s: the default tier's time
 
 
 def updates(betas: tuple[float, float], lr: float, seed: int, rule: str = "adam") -> Trail:
