@@ -204,22 +204,15 @@ def adam_verdicts(trail: Trail) -> list[Violation]:
         return []
     expected = (f"Adam's update with β1 <= β2 (best fit: {adam.betas()}, residual "
                 f"{adam.residual:.2g})")
-    any_betas = best_fit(trail, True)
-    if any_betas.residual <= fits:
-        return [Violation(INVARIANT, None, None, expected,
-                          f"Adam's update with betas {any_betas.betas()} (residual "
-                          f"{any_betas.residual:.1g})",
-                          f"{BETAS_SWAPPED}: every sampled update is Adam's with β1 = "
-                          f"{any_betas.beta1:.5g} > β2 = {any_betas.beta2:.5g}")]
-    raw = best_fit(trail, False)
-    if raw.residual <= fits:
-        return [Violation(INVARIANT, None, None, expected,
-                          f"m / (sqrt(v) + eps) with betas {raw.betas()} (residual "
-                          f"{raw.residual:.1g})",
-                          f"{UNCORRECTED}: every sampled update is the raw moments' ratio "
-                          "m / (sqrt(v) + eps), without dividing m by (1 - β1^t) and v by "
-                          "(1 - β2^t)")]
-    return []
+    found = [(fit, rule, why) for fit, rule, why in (
+        (best_fit(trail, True), "Adam's update", f"{BETAS_SWAPPED}: every sampled update is "
+         "Adam's with β1 = {b1:.5g} > β2 = {b2:.5g}"),
+        (best_fit(trail, False), "m / (sqrt(v) + eps)", f"{UNCORRECTED}: every sampled update "
+         "is the raw moments' ratio m / (sqrt(v) + eps), without dividing m by (1 - β1^t) and "
+         "v by (1 - β2^t)")) if fit.residual <= fits][:1]
+    return [Violation(INVARIANT, None, None, expected,
+                      f"{rule} with betas {fit.betas()} (residual {fit.residual:.1g})",
+                      why.format(b1=fit.beta1, b2=fit.beta2)) for fit, rule, why in found]
 
 
 def check_adam(run: Run) -> list[Violation]:
