@@ -96,10 +96,18 @@ REDUCING = ("all_reduce", "reduce")
 # an all-to-all too): a digest of what the rank puts in during the first training step, to
 # compare its gradient between two runs (the exercise's micro-batches against one batch)
 # without keeping the tensor; later steps pay nothing for it.
-GRADIENT_IN = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor",
-                "all_to_all", "all_to_all_single")
+# (each with the argument that holds the rank's input, as torch.distributed names it)
+GRADIENT_IN = {"all_reduce": "tensor", "reduce": "tensor", "reduce_scatter": "input_list",
+               "reduce_scatter_tensor": "input", "all_to_all": "input_tensor_list",
+               "all_to_all_single": "input"}
 DIGEST_MIN = 1024  # elements: a gradient, not a loss, a norm or a guard's flag
 SAMPLES = 16
+
+
+def _floating(bound: dict[str, Any], name: str) -> tuple[list[Any], int]:
+    """The floating tensors of argument `name`, and their elements together."""
+    parts = [t for t in tensors_in(bound.get(name)) if t.is_floating_point()]
+    return parts, sum(t.numel() for t in parts)
 
 
 def digest(op: str, bound: dict[str, Any]) -> dict[str, Any]:
@@ -109,11 +117,7 @@ def digest(op: str, bound: dict[str, Any]) -> dict[str, Any]:
 
     if op not in GRADIENT_IN:
         return {}
-    name = "input" if op in ("reduce_scatter_tensor", "all_to_all_single") else (
-        "input_list" if op == "reduce_scatter" else "input_tensor_list" if op == "all_to_all"
-        else "tensor")
-    parts = [t for t in tensors_in(bound.get(name)) if t.is_floating_point()]
-    n = sum(t.numel() for t in parts)
+    parts, n = _floating(bound, GRADIENT_IN[op])
     if n < DIGEST_MIN:
         return {}
     with torch.no_grad():
@@ -128,11 +132,9 @@ def digest(op: str, bound: dict[str, Any]) -> dict[str, Any]:
 # each position took and the gradients it took it from, which the suite fits Adam to
 # (tests/harness/check/adam_checks.py). A few dozen numbers a call, read by index.
 TRAIL = 16
-# The input each op takes the rank's data from, cut into `world` parts (a reduce-scatter's
-# or an all-to-all's chunk k goes to rank k; an all-reduce's, a ZeRO-1 shard's place)
-TRAIL_PARTED = {"all_reduce": "tensor", "reduce_scatter_tensor": "input",
-                "reduce_scatter": "input_list", "all_to_all_single": "input",
-                "all_to_all": "input_tensor_list"}
+# The inputs cut into `world` parts (a reduce-scatter's or an all-to-all's chunk k goes to
+# rank k; an all-reduce's, a ZeRO-1 shard's place): a gradient's way in, but to one root
+TRAIL_PARTED = {op: name for op, name in GRADIENT_IN.items() if op != "reduce"}
 TRAIL_GATHERED = ("all_gather_into_tensor", "all_gather")
 
 
@@ -160,8 +162,7 @@ def trail(op: str, bound: dict[str, Any], world: int) -> dict[str, Any]:
     shard, the gathered result a gradient's size): its elements at `spots` (`p`). Else
     nothing."""
     if op in TRAIL_PARTED:
-        parts = [t for t in tensors_in(bound.get(TRAIL_PARTED[op])) if t.is_floating_point()]
-        n = sum(t.numel() for t in parts)
+        parts, n = _floating(bound, TRAIL_PARTED[op])
         if n < DIGEST_MIN or world < 1:
             return {}
         shard = -(-n // world)
@@ -171,8 +172,7 @@ def trail(op: str, bound: dict[str, Any], world: int) -> dict[str, Any]:
     if op in TRAIL_GATHERED:
         name = "tensor" if op == "all_gather" else (
             "input_tensor" if "input_tensor" in bound else "input")
-        parts = [t for t in tensors_in(bound.get(name)) if t.is_floating_point()]
-        n = sum(t.numel() for t in parts)
+        parts, n = _floating(bound, name)
         if n * max(world, 1) < DIGEST_MIN:
             return {}
         return {"trail": {"n": n, "p": _picked(parts, spots(n))}}

@@ -91,6 +91,8 @@ def trail_of(run: Run) -> Trail | None:
         return None
     segments = {r: _segments(p) for r, p in ranks.items()}
     steps = list(range(1, run.steps + 1))
+    if len(steps) <= MIN_STEPS:
+        return None
     grads, params = [], []
     for s in steps:
         seen = [segments[r].get(s, []) for r in range(n)]
@@ -108,8 +110,6 @@ def trail_of(run: Run) -> Trail | None:
             return None
         grads.append(x.mean(axis=0))
         params.append(shards)
-    if len(steps) <= MIN_STEPS:
-        return None
     return Trail(np.stack(grads), np.stack(params))
 
 
