@@ -27,7 +27,7 @@ from tests.harness.platforms.session import Grading
 from tests.harness.report.grading import LIKELY, NOT_CHECKED, NOT_GRADED
 from tests.harness.report.pictures import KINDS, as_text, facts
 from tests.harness.report.plugin import SuiteReport, suite_seed
-from tests.harness.run import box, bytecode, contain, stress
+from tests.harness.run import box, bytecode, contain, stress, warm
 from tests.harness.run.helpers import Helpers
 from tests.harness.run.runner import Watch, start_warm_server
 from tests.harness.run.runs import (
@@ -105,11 +105,21 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
         gc.freeze()
 
 
+def _bound_s(item: pytest.Item) -> float:
+    """The test's own time bound (its `timeout` marker, else pytest-timeout's setting)."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0])
+    return float(item.config.getini("timeout") or 0)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The `long` tests first (a stable sort: the rest keep their order). xdist hands tests
-    out in this order, so the long ones start at once, spread over the workers, and short
-    ones fill the gaps, instead of one long test ending the suite on a single worker."""
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    """The `long` tests first, the ones with the largest time bound first among them (a
+    stable sort: the rest keep their order). xdist hands tests out in this order, so the
+    longest start at once, spread over the workers, and short ones fill the gaps, instead of
+    one long test ending the suite on a single worker (where tiers share a session, the
+    platforms' class of 24 gradings would otherwise start after the style space's shards)."""
+    items.sort(key=lambda item: (item.get_closest_marker("long") is None, -_bound_s(item)))
 
 
 @pytest.fixture(scope="session")
@@ -145,10 +155,12 @@ def shared_tmp(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFac
 def warm_server(pytestconfig: pytest.Config, impl: tuple[str, ...],
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """This worker's fork server (tests/harness/run/warm.py) for the runs of the reference and
-    its mutants; "" where every run starts cold: another --impl (a submission starts cold,
-    always), --no-observe, no namespaces to start a run in, or a box (a memory limit or a
-    CPU quota: the server's torch would be held beside the runs the box is planned for)."""
-    if impl != REFERENCE_IMPL or pytestconfig.getoption("no_observe") \
+    its mutants; "" where every run starts cold: an --impl that is not a program this
+    repository ships (a submission starts cold, always; a mutant graded as one, by the grades
+    tier, starts warm as in the catalogue's tests), --no-observe, no namespaces to start a
+    run in, or a box (a memory limit or a CPU quota: the server's torch would be held beside
+    the runs the box is planned for)."""
+    if not warm.eligible(list(impl)) or pytestconfig.getoption("no_observe") \
             or contain.mode() != contain.NAMESPACES or stress.in_a_box():
         yield ""
         return

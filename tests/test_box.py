@@ -355,22 +355,53 @@ def test_a_mistake_is_graded_in_the_box_as_on_a_big_machine(autograder_zip,
     assert wall < 300, f"{wall:.0f}s: over 5 minutes in the 768 MB / 0.5 CPU box"
 
 
+def _weight(group: str) -> int:
+    """About how many runs' time a group of the catalogue's tests takes: a mutant whose
+    target kills a rank sits out the kill bounds, a tensor-parallel one makes the exercise's
+    runs, and the two tests of the whole catalogue read every check's runs."""
+    from tests.mutants.catalogue import MUTANTS
+
+    targets = set(MUTANTS[group].targets) if group in MUTANTS else set()
+    if "rank_killed" in targets or group in WHOLE_CATALOGUE:
+        return 3
+    return 2 if "tensor_parallel" in targets else 1
+
+
+# The catalogue's tests that read every check's runs or kill ranks of the reference.
+WHOLE_CATALOGUE = ("test_reference_passes_every_check",
+                   "test_a_killed_rank_s_peers_get_as_long_as_the_program_s_speed_warrants")
+
+
 def _catalogue_share(shard: int, shards: int) -> list[str]:
     """Every test of tests/test_fault_mutants.py (the catalogue's tests among them), as node
-    ids, dealt round-robin: this shard's share (collected, so a test added there is dealt)."""
+    ids, dealt to `shards` boxes: a mutant's tests together (they share its runs), the
+    heaviest groups first, each to the box with the least so far: this shard's share
+    (collected, so a test added there is dealt)."""
     listed = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p",
                              "no:cacheprovider", "-m", "fault", "tests/test_fault_mutants.py"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     ids = [ln for ln in listed.stdout.splitlines() if ln.startswith("tests/test_fault_mutants")]
     assert ids, listed.stdout[-2000:] + listed.stderr[-2000:]
-    return ids[shard::shards]
+    groups: dict[str, list[str]] = {}
+    for node in ids:  # test[mutant] -> mutant; a test without parameters is its own group
+        name = node.split("::", 1)[1]
+        groups.setdefault(name.split("[", 1)[1].rstrip("]") if "[" in name else name,
+                          []).append(node)
+    load: list[int] = [0] * shards
+    share: list[list[str]] = [[] for _ in range(shards)]
+    for group in sorted(groups, key=lambda g: (-_weight(g) * len(groups[g]), g)):
+        least = load.index(min(load))
+        load[least] += _weight(group) * len(groups[group])
+        share[least] += groups[group]
+    return share[shard]
 
 
-CATALOGUE_SHARDS = 4  # four boxes of half a CPU at once fill two cores: the tier runs -n 4
+CATALOGUE_SHARDS = 6  # six boxes of half a CPU: four at once fill the two cores (-n 4), and
+#                       the last two start as the first gradings end
 
 
 @pytest.mark.box
-@pytest.mark.timeout(1800)  # a quarter of the catalogue at half a CPU: ~2 minutes here
+@pytest.mark.timeout(1800)  # a sixth of the catalogue at half a CPU: ~2 minutes here
 @pytest.mark.parametrize("shard", range(CATALOGUE_SHARDS))
 def test_every_mutant_is_caught_in_gradescopes_default_box(tmp_path, outside_pytest_tmp, shard):
     """Every mutant of the catalogue caught by its targets with its hint, and the reference

@@ -116,6 +116,7 @@ def grade_in_classroom(template: Path, submission: Path, repo: Path) -> tuple[di
     return reported, json.loads((repo / ".grading" / "results.json").read_text())
 
 
+@pytest.mark.platforms  # a whole grading (seconds), shared with the platforms tier's writers
 @pytest.mark.long
 @pytest.mark.slow
 def test_the_steps_give_each_module_its_points_from_one_session(tmp_path, graded_once):

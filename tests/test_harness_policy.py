@@ -207,6 +207,7 @@ def test_the_class_reports_say_which_check_and_which_policy(tmp_path, monkeypatc
         in feedback("ada", lenient)
 
 
+@pytest.mark.platforms  # a whole grading (seconds), shared with the platforms tier's writers
 @pytest.mark.slow
 def test_a_real_gradings_results_json_adds_up(graded_once):
     """A real grading session (the sample class's forgotten broadcast, two invariants lost,

@@ -4,7 +4,6 @@ another mistake's name (wrong) (`-m grades`; bench/holdout.py writes the table).
 
 from __future__ import annotations
 
-import shutil
 import sys
 
 import pytest
@@ -21,11 +20,11 @@ pytestmark = [pytest.mark.grades, pytest.mark.slow, pytest.mark.long]
     if h.gap else h for h in HOLDOUTS], ids=lambda h: h.name)
 def test_a_holdout_mistake_is_caught_and_told_first_as_itself(tmp_path, reference_only,
                                                               mistake: Holdout):
-    sub = tmp_path / "sub"
-    sub.mkdir()
-    shutil.copy(mistake.program, sub / "main.py")
+    sub = tmp_path / "sub"  # the session's folder; the program graded in place, where it
+    sub.mkdir()             # starts warm (tests/harness/run/warm.py): its verdict is a cold
+    #                         start's (test_harness_warm), bench/holdout.py grades copies cold
     results = grade(sub, tmp_path / "results.json",  # programs that import the reference
-                    Grading(entry=f"{sys.executable} main.py", sees_reference=True,
+                    Grading(entry=f"{sys.executable} {mistake.program}", sees_reference=True,
                                 suite_seed=SUITE_SEED, fault_seed=FAULT_SEED).resolved())
     causes = root_causes(results) or [""]
     verdict = mistake.verdict(results["score"], causes[0])

@@ -63,6 +63,7 @@ def test_a_deadlock_is_told_once_and_what_it_broke_in_one_line_each(tmp_path, re
     assert "of the gradient is reduced" not in text and "guard never fired" not in text
 
 
+@pytest.mark.grades  # a grading session whose ranks start torch each (seconds): graders' tier
 def test_a_crash_is_told_by_its_exception_rank_and_line(tmp_path, reference_only):
     failed = _graded(tmp_path, ROOT / "tests" / "hostile" / "index_error.py")
     ending = next(o for n, o in failed.items() if "no_deadlock" in n and "[base]" in n)

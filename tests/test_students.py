@@ -29,7 +29,8 @@ def student(mistake: str | None = None) -> tuple[str, ...]:
     return (sys.executable, str(STUDENT), *([mistake] if mistake else []))
 
 
-@pytest.mark.long
+@pytest.mark.corpus  # a correct program of another style on two invariants (seconds, its
+@pytest.mark.long    # ranks start torch each): the corpus tier, beside the style corpus
 def test_a_correct_program_in_a_third_style_passes_what_its_style_exercises(reference_only,
                                                                           run_cache):
     """tests/students/zero1_nn.py: an nn.Module, ranks as subprocesses on port 12355, an

@@ -1,7 +1,7 @@
 """A warm start for the programs this repository ships: the reference (`python -m capstone`),
 its mutants (`python tests/mutants/launch.py MUTANT`) and the suite's corpus
-(`tests/students/*.py`, `tests/styles/*.py`) run by the suite's own tests. Submissions always
-start cold.
+(`tests/students/*.py`, `tests/styles/*.py`, `tests/holdout/*.py`) run by the suite's own
+tests, or graded in place (`--impl`). Submissions always start cold.
 
 A run of the reference is mostly `import torch` (1.6-1.9 CPU-s of ~2). The fork server here
 imports torch, the reference and the observer once; each run is then a fork of it:
@@ -41,10 +41,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[3]
 LAUNCHER = ROOT / "tests" / "mutants" / "launch.py"
 # The suite's own corpus of programs written other ways than the reference (students'
-# mistakes and the ecosystem's styles): shipped here and run by the suite's own tests, so they
-# start warm there too. Graded as submissions (--impl, the styles tier, a platform) they start
-# cold; tests/hostile and tests/submissions always start cold.
-CORPUS = (ROOT / "tests" / "students", ROOT / "tests" / "styles")
+# mistakes, the ecosystem's styles, the hold-out mistakes): shipped here and run by the suite's
+# own tests, so they start warm there too, and where --impl names one of them in place (the
+# grades tier's mutants and hold-outs). Copied into a submission's folder (a platform,
+# bench/holdout.py) or run by the corpus tier's cold cache they start cold; tests/hostile and
+# tests/submissions always do.
+CORPUS = tuple(ROOT / "tests" / d for d in ("students", "styles", "holdout"))
 CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
 # Joined in this order; every descriptor is opened first (after the mount namespace,
 # /proc is the run's and the client's pid means nothing there).
