@@ -66,27 +66,43 @@ def test_k_selection_is_exactly_the_seven_contract_modules(request):
                                   f"missing: {sorted(expected - selected)}")
 
 
-class _Item:
-    """What conftest's ordering reads of a pytest item."""
+class _Ini:
+    """pytest-timeout's setting, as conftest's ordering reads it."""
 
-    def __init__(self, name: str, long: bool) -> None:
-        self.name, self.long = name, long
+    def getini(self, name: str) -> object:
+        return "300" if name == "timeout" else None
+
+
+class _Item:
+    """What conftest's ordering reads of a pytest item: its markers and the config."""
+
+    config = _Ini()
+
+    def __init__(self, name: str, long: bool, bound: float | None = None) -> None:
+        self.name, self.long, self.bound = name, long, bound
 
     def get_closest_marker(self, name: str) -> object:
+        if name == "timeout" and self.bound is not None:
+            return pytest.mark.timeout(self.bound).mark
         return object() if name == "long" and self.long else None
 
 
 def test_the_long_tests_are_handed_out_first(request):
-    """xdist hands tests out in collection order: the `long` ones come first (and the rest
-    keep their order), so they start at once instead of one ending the suite alone."""
+    """xdist hands tests out in collection order: the `long` ones come first, the largest
+    time bound first among them (and the rest keep their order), so the longest start at
+    once instead of one ending the suite alone."""
     import conftest
 
-    items = [_Item("a", False), _Item("b", True), _Item("c", False), _Item("d", True)]
+    items = [_Item("a", False), _Item("b", True), _Item("c", False, 900), _Item("d", True),
+             _Item("e", True, 2400), _Item("f", True, 60)]
     conftest.pytest_collection_modifyitems(cast(list[pytest.Item], items))
-    assert [i.name for i in items] == ["b", "d", "a", "c"]
+    assert [i.name for i in items] == ["e", "b", "d", "f", "a", "c"]
     if _unfiltered(request.config):  # and this very session's order
         marked = [i.get_closest_marker("long") is not None for i in request.session.items]
         assert any(marked) and marked == sorted(marked, reverse=True)
+        bounds = [conftest._bound_s(i) for i, long in zip(request.session.items, marked,
+                                                           strict=True) if long]
+        assert bounds == sorted(bounds, reverse=True)
 
 
 def test_the_suites_own_torch_keeps_to_one_thread_unless_told_otherwise():
