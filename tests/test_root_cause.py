@@ -47,6 +47,7 @@ def _assert_resume_not_started(failed: dict[str, str], cause: str) -> None:
     assert "\n" not in resumed, resumed
 
 
+@pytest.mark.grades  # a grading session that sits out a deadlock (seconds): graders' tier
 def test_a_deadlock_is_told_once_and_what_it_broke_in_one_line_each(tmp_path, reference_only):
     failed = _graded(tmp_path, ROOT / "tests" / "submissions" / "deadlock_at_step_5" /
                      "main.py")
