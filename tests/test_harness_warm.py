@@ -131,6 +131,20 @@ def test_what_the_repository_does_not_ship_starts_cold(tmp_path):
     assert not warm.eligible(["python3", str(ROOT / "tests" / "styles" / "lesson.py")])
 
 
+def test_a_shipped_program_graded_in_place_starts_warm_and_its_copy_cold(tmp_path):
+    """The grades tier grades the mutants and the hold-outs in place (`--impl` names the
+    shipped file: conftest's warm_server starts where `eligible`); the same bytes copied into
+    a submission's folder, as a platform and bench/holdout.py grade them, start cold."""
+    import shutil
+
+    holdout = ROOT / "tests" / "holdout" / "divided_twice.py"
+    mutant = [sys.executable, str(ROOT / "tests" / "mutants" / "launch.py"), "no_broadcast"]
+    assert warm.eligible([sys.executable, str(holdout)]) and warm.eligible(mutant)
+    copy = tmp_path / "main.py"
+    shutil.copy(holdout, copy)
+    assert not warm.eligible([sys.executable, str(copy)])
+
+
 def test_a_process_that_ends_while_the_run_is_measured_holds_nothing(monkeypatch):
     """The namespace's processes are listed, then looked at: one may end in between (a rank
     exiting at the end of its run). It holds nothing then; it does not fail the run."""
