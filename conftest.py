@@ -106,11 +106,12 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
 
 
 def _bound_s(item: pytest.Item) -> float:
-    """The test's own time bound (its `timeout` marker, else pytest-timeout's setting)."""
+    """The test's own time bound (its `timeout` marker, positional or `timeout=` as
+    pytest-timeout takes it, else pytest-timeout's setting)."""
     marker = item.get_closest_marker("timeout")
-    if marker is not None and marker.args:
-        return float(marker.args[0])
-    return float(item.config.getini("timeout") or 0)
+    bound = None if marker is None else (marker.args[0] if marker.args
+                                         else marker.kwargs.get("timeout"))
+    return float(bound if bound is not None else item.config.getini("timeout") or 0)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -159,10 +160,10 @@ def warm_server(pytestconfig: pytest.Config, impl: tuple[str, ...],
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """This worker's fork server (tests/harness/run/warm.py) for the runs of the reference and
     its mutants; "" where every run starts cold: an --impl that is not a program this
-    repository ships (a submission starts cold, always; a mutant graded as one, by the grades
-    tier, starts warm as in the catalogue's tests), --no-observe, no namespaces to start a
-    run in, or a box (a memory limit or a CPU quota: the server's torch would be held beside
-    the runs the box is planned for)."""
+    repository ships, named in place (a submission starts cold, always; a mutant or a
+    hold-out graded as one, by the grades tier, starts warm as in the catalogue's tests),
+    --no-observe, no namespaces to start a run in, or a box (a memory limit or a CPU quota:
+    the server's torch would be held beside the runs the box is planned for)."""
     if not warm.eligible(list(impl)) or pytestconfig.getoption("no_observe") \
             or contain.mode() != contain.NAMESPACES or stress.in_a_box():
         yield ""

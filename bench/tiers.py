@@ -27,7 +27,6 @@ from record import Figure, save
 from suite import import_floor
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS: dict[str, str] = {}  # per tier (none: the targets are the whole and the default)
 DEFAULT_X = 112  # README's test command, in floors of `import torch`
 CI_MIN = 45  # the whole .ci/run, minutes
 SUMMARY = re.compile(r"=* ?(\d+ passed.*) in [\d.]+s")
@@ -77,8 +76,7 @@ def whole_ci() -> list[Figure]:
         print(f"{name}: {s:.0f} s", flush=True)
         if name == "default":
             figures.append(_default_figure(s, floor, "in .ci/run"))
-        figures.append(Figure(f"`.ci/run` tier {name}", f"{s:.0f} s = {s / 60:.1f} min",
-                              TARGETS.get(name, "")))
+        figures.append(Figure(f"`.ci/run` tier {name}", f"{s:.0f} s = {s / 60:.1f} min"))
     if proc.returncode == 0:
         figures.append(Figure("`bash .ci/run` (install, lint, types and every tier)",
                               f"{wall / 60:.1f} min ({wall:.0f} s; `import torch` "
@@ -108,8 +106,7 @@ def main() -> int:
             figures.append(_default_figure(wall, floor, said))
         figures.append(Figure(f"`python -m pytest {'' if name == 'default' else f'-m {name} '}"
                               f"-n {a.workers}`", f"{wall:.0f} s = {wall / 60:.1f} min ({said}; "
-                              f"`import torch` {floor:.2f} s before it)",
-                              TARGETS.get(name, "")))
+                              f"`import torch` {floor:.2f} s before it)"))
     save("tiers", figures)
     return 0
 

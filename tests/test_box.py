@@ -387,11 +387,12 @@ def _catalogue_share(shard: int, shards: int) -> list[str]:
         name = node.split("::", 1)[1]
         groups.setdefault(name.split("[", 1)[1].rstrip("]") if "[" in name else name,
                           []).append(node)
+    cost = {g: _weight(g) * len(nodes) for g, nodes in groups.items()}
     load: list[int] = [0] * shards
     share: list[list[str]] = [[] for _ in range(shards)]
-    for group in sorted(groups, key=lambda g: (-_weight(g) * len(groups[g]), g)):
+    for group in sorted(groups, key=lambda g: (-cost[g], g)):
         least = load.index(min(load))
-        load[least] += _weight(group) * len(groups[group])
+        load[least] += cost[group]
         share[least] += groups[group]
     return share[shard]
 

@@ -78,12 +78,15 @@ class _Item:
 
     config = _Ini()
 
-    def __init__(self, name: str, long: bool, bound: float | None = None) -> None:
-        self.name, self.long, self.bound = name, long, bound
+    def __init__(self, name: str, long: bool, bound: float | None = None,
+                 by_name: bool = False) -> None:
+        self.name, self.long, self.bound, self.by_name = name, long, bound, by_name
 
     def get_closest_marker(self, name: str) -> object:
-        if name == "timeout" and self.bound is not None:
-            return pytest.mark.timeout(self.bound).mark
+        if name == "timeout" and self.bound is not None:  # timeout(900) or timeout=900
+            mark = pytest.mark.timeout(timeout=self.bound) if self.by_name else \
+                pytest.mark.timeout(self.bound)
+            return mark.mark
         return object() if name == "long" and self.long else None
 
 
@@ -94,9 +97,9 @@ def test_the_long_tests_are_handed_out_first(request):
     import conftest
 
     items = [_Item("a", False), _Item("b", True), _Item("c", False, 900), _Item("d", True),
-             _Item("e", True, 2400), _Item("f", True, 60)]
+             _Item("e", True, 2400), _Item("f", True, 60), _Item("g", True, 600, by_name=True)]
     conftest.pytest_collection_modifyitems(cast(list[pytest.Item], items))
-    assert [i.name for i in items] == ["e", "b", "d", "f", "a", "c"]
+    assert [i.name for i in items] == ["e", "g", "b", "d", "f", "a", "c"]
     if _unfiltered(request.config):  # and this very session's order
         marked = [i.get_closest_marker("long") is not None for i in request.session.items]
         assert any(marked) and marked == sorted(marked, reverse=True)

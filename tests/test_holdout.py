@@ -20,9 +20,11 @@ pytestmark = [pytest.mark.grades, pytest.mark.slow, pytest.mark.long]
     if h.gap else h for h in HOLDOUTS], ids=lambda h: h.name)
 def test_a_holdout_mistake_is_caught_and_told_first_as_itself(tmp_path, reference_only,
                                                               mistake: Holdout):
-    sub = tmp_path / "sub"  # the session's folder; the program graded in place, where it
-    sub.mkdir()             # starts warm (tests/harness/run/warm.py): its verdict is a cold
-    #                         start's (test_harness_warm), bench/holdout.py grades copies cold
+    # The session's folder; the program is graded in place, where it starts warm
+    # (tests/harness/run/warm.py): its verdict is a cold start's (test_harness_warm), and
+    # bench/holdout.py grades copies, cold
+    sub = tmp_path / "sub"
+    sub.mkdir()
     results = grade(sub, tmp_path / "results.json",  # programs that import the reference
                     Grading(entry=f"{sys.executable} {mistake.program}", sees_reference=True,
                                 suite_seed=SUITE_SEED, fault_seed=FAULT_SEED).resolved())
