@@ -181,15 +181,21 @@ def loss(root: Any) -> dict[str, float]:
     return {}
 
 
-def finite_grads(result: Any) -> bool:
+def finite_grads(result: Any, reached: dict[int, Any] | None = None) -> bool:
     """After a backward: are the gradients finite? `autograd.grad` returns them; for
-    `.backward()` they are the parameters' `.grad` (a NaN in any is enough)."""
-    import gc
-
-    import torch
-
+    `.backward()` they are the `.grad` of the leaves the pass reached (`work`'s `reached`:
+    the only tensors it writes a gradient into), else of every parameter Python can reach
+    (a NaN in any is enough). The walk of every object costs ~20-50 ms a pass with torch
+    loaded: it is the fallback, for a pass whose graph could not be read."""
     grads = [t for t in tensors_in(result) if t.is_floating_point()]
-    if not grads:
+    if not grads and reached:
+        grads = [local(g) for leaf in reached.values()  # a DTensor's shard: no collective
+                 if (g := getattr(leaf, "grad", None)) is not None]
+    if not grads and not reached:
+        import gc
+
+        import torch
+
         grads = [o.grad for o in gc.get_objects() if type(o) is torch.nn.Parameter
                  and o.grad is not None]
     return all(finite(g) for g in grads)

@@ -409,6 +409,7 @@ class _Observer:
             self.step_data, self.pending = set(), []
             root = args[0] if args else kwargs.get(roots)
             record = {"ev": "bw", "n": self.backwards, "step": self.steps, "t": time.time_ns()}
+            reached: dict[int, Any] = {}  # the leaves the pass reaches (finite_grads reads them)
             try:
                 # What it differentiates with respect to: autograd.grad's inputs (or
                 # backward's `inputs=`), else every leaf the pass reaches.
@@ -421,7 +422,6 @@ class _Observer:
                         args = (args[0], inputs, *args[2:])
                     else:
                         kwargs = {**kwargs, "inputs": inputs}
-                reached: dict[int, Any] = {}
                 record.update(_backward.work(root, inputs, first=self.backwards == 1,
                                              reached=reached))
                 record.update(_backward.loss(root))
@@ -452,7 +452,8 @@ class _Observer:
                 self.local.in_backward = False
             if self.check_grads:
                 self.emit({"ev": "grads", "n": self.backwards, "step": self.steps,
-                           "finite": _backward.finite_grads(result)})
+                           "finite": _backward.finite_grads(
+                               result, None if "work_error" in record else reached)})
             return result
         return observed
 
