@@ -1,7 +1,7 @@
 """How long CI's test tiers take on this machine, beside the `import torch` floor measured just
 before, so that a slow hour shows as such.
 
-    python bench/tiers.py --ci                       # the whole of .ci/run, every tier timed
+    python bench/tiers.py --ci [--log ci.log]        # the whole of .ci/run, every tier timed
     python bench/tiers.py [--tier styles --tier corpus ...] [--workers 2]   # single tiers
 
 `--ci` runs `bash .ci/run` itself (CI=true, as CI runs it; it installs into this checkout's
@@ -52,8 +52,9 @@ def _default_figure(wall: float, floor: float, said: str) -> Figure:
                   f"<= {DEFAULT_X}x")
 
 
-def whole_ci() -> list[Figure]:
-    """`bash .ci/run` as CI runs it, each tier's time from its log, and the whole."""
+def whole_ci(keep: Path | None = None) -> list[Figure]:
+    """`bash .ci/run` as CI runs it, each tier's time from its log, and the whole; its output
+    (the programs tier's slowest tests among it) kept in `keep` where given."""
     floor = import_floor()
     with tempfile.NamedTemporaryFile("r", suffix=".tiers") as log:
         t0 = time.monotonic()
@@ -62,6 +63,8 @@ def whole_ci() -> list[Figure]:
                               stdin=subprocess.DEVNULL)
         wall = time.monotonic() - t0
         rows = [ln.split() for ln in Path(log.name).read_text().splitlines() if ln.strip()]
+    if keep is not None:
+        keep.write_text(proc.stdout + proc.stderr)
     said = {m[1] for m in map(SUMMARY.search, proc.stdout.splitlines()) if m}
     figures = []
     if proc.returncode != 0:  # the tiers it got through are still measured: say where it ended
@@ -92,9 +95,11 @@ def main() -> int:
     ap.add_argument("--tier", action="append", default=[],
                     help="a marker of pyproject.toml, or `default` (default: styles, corpus)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--log", type=Path, help="with --ci: keep .ci/run's output in this file "
+                    "(where the time went: the programs tier's 30 slowest tests)")
     a = ap.parse_args()
     if a.ci:
-        figures = whole_ci()
+        figures = whole_ci(a.log)
         save("tiers", figures, command="python bench/tiers.py --ci")
         return 1 if figures and figures[0].value.startswith("FAILED") else 0
     figures = []
