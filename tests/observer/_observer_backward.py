@@ -191,7 +191,7 @@ def finite_grads(result: Any, reached: dict[int, Any] | None = None) -> bool:
     if not grads and reached:
         grads = [local(g) for leaf in reached.values()  # a DTensor's shard: no collective
                  if (g := getattr(leaf, "grad", None)) is not None]
-    if not grads and not reached:
+    elif not grads:  # no graph read: the walk
         import gc
 
         import torch
