@@ -8,9 +8,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
+import torch
 
 from tests.harness.observe.traces import OBSERVER_DIR, load_observation
 from tests.test_harness_observer import observer_module
@@ -46,6 +48,17 @@ def test_a_checkpointed_models_p_counts_every_block_once(tmp_path, reentrant):
     [p] = load_observation(tmp_path / "obs").processes
     assert len(p.backwards) == 3  # the nested passes are part of each step's, not steps
     assert p.model_elements() == P, p.leaf_elements
+    # The initial 2-D weights, each once, as the tensor-parallel check reads them (a draw
+    # found reentrant blocks missing: "rank 0 holds every head of the attention"): the
+    # embedding, the head, the blocks (nested passes' Parameters) and the plain weight (told
+    # at step 2, once kept; read at step 1, before the update)
+    assert sorted(tuple(leaf["shape"]) for leaf in p.leaves) == [(4, 4)] * 3 + [(8, 4)] * 2
+    torch.manual_seed(0)
+    emb, head = torch.nn.Embedding(8, 4).weight, torch.nn.Linear(4, 8).weight
+    blocks = [torch.nn.Linear(4, 4).weight for _ in range(2)]
+    initial = [emb, head, *blocks, torch.randn(4, 4)]  # as the program makes them
+    rows = sorted([zlib.crc32(r.detach().numpy().tobytes()) for r in w] for w in initial)
+    assert sorted(leaf["rows"] for leaf in p.leaves) == rows
 
 
 def _holding_whole_arrays(buffers: object) -> list[object]:

@@ -127,12 +127,18 @@ class NestedLeaves:
     LayerNorm and the head). A nested pass also reaches the inputs the checkpoint detached
     for it, leaves made anew at every step: so a nested pass's leaf counts when it is an
     nn.Parameter, or when it is still alive at the next step (a plain tensor the program
-    keeps, as a functional model's dict of weights)."""
+    keeps, as a functional model's dict of weights).
+
+    The first backward's counted leaves are also the model's initial weights (`slices`, read
+    by the tensor-parallel check), as the outer pass's are: a Parameter's read at once, a
+    plain tensor's read then and told once a later pass shows the program kept it."""
 
     def __init__(self) -> None:
         self.counted: dict[int, int] = {}  # this step's leaves: id -> elements
         self.earlier: dict[int, Any] = {}  # id -> weak reference, from earlier steps
         self.now: dict[int, Any] = {}  # this step's uncounted nested leaves, weakly
+        # the first backward's uncounted plain leaves: id -> (weak reference, their slices)
+        self.initial: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
 
     def outer(self, leaves: dict[int, Any]) -> None:
         """A step's backward begins: its own leaves, counted."""
@@ -148,26 +154,37 @@ class NestedLeaves:
             except TypeError:
                 continue
 
-    def nested(self, leaves: dict[int, Any]) -> int | None:
-        """A pass inside it: the step's elements if they grew, else None."""
+    def nested(self, leaves: dict[int, Any], first: bool
+               ) -> tuple[int | None, list[dict[str, Any]]]:
+        """A pass inside it (`first`: inside the process's first backward): the step's
+        elements if they grew, else None; and the slices of the initial weights it shows to
+        be the model's."""
         import weakref
 
         import torch
 
         before = sum(self.counted.values())
+        shown: list[dict[str, Any]] = []
         for i, t in leaves.items():
             if i in self.counted:
                 continue
             ref = self.earlier.get(i)
             if isinstance(t, torch.nn.Parameter) or (ref is not None and ref() is t):
                 self.counted[i] = local(t).numel()
+                if first and isinstance(t, torch.nn.Parameter):
+                    shown += slices([t])
+                ref, read = self.initial.pop(i, (None, []))
+                if ref is not None and ref() is t:
+                    shown += read
             else:
                 try:
                     self.now[i] = weakref.ref(t)
+                    if first:
+                        self.initial[i] = (self.now[i], slices([t]))
                 except TypeError:
                     continue
         after = sum(self.counted.values())
-        return after if after > before else None
+        return (after if after > before else None), shown
 
 
 def loss(root: Any) -> dict[str, float]:

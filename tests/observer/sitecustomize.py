@@ -467,9 +467,12 @@ class _Observer:
             if inputs is not None and not isinstance(inputs, (list, tuple)) and \
                     not hasattr(inputs, "grad_fn"):
                 return  # a generator: reading it would consume the program's
-            grown = self.nested_leaves.nested(_backward.reached_leaves(root, inputs))
-            if grown is not None:
-                self.emit({"ev": "leaves", "n": self.backwards, "leaf_elements": grown})
+            grown, shown = self.nested_leaves.nested(_backward.reached_leaves(root, inputs),
+                                                     first=self.backwards == 1)
+            if grown is not None or shown:
+                self.emit({"ev": "leaves", "n": self.backwards,
+                           **({"leaf_elements": grown} if grown is not None else {}),
+                           **({"slices": shown} if shown else {})})
         except Exception as e:
             self.emit({"ev": "leaves", "error": repr(e)[:200]})
 

@@ -104,7 +104,8 @@ class ProcessTrace:
     backward_steps: list[int] = field(default_factory=list)  # per backward: its step
     work: list[dict[str, int]] = field(default_factory=list)  # per backward: tokens, rows
     leaf_elements: list[int] = field(default_factory=list)  # per backward: what it reached
-    # The first backward's 2-D leaves: shape, a checksum per row and per column
+    # The first backward's 2-D leaves: shape, a checksum per row and per column (with those
+    # its nested passes reached: a reentrant checkpoint's blocks)
     leaves: list[dict[str, Any]] = field(default_factory=list)
     memory: list[dict[str, Any]] = field(default_factory=list)
     state: dict[str, Any] | None = None  # where its optimizer state lives (first checkpoint)
@@ -283,8 +284,10 @@ class TraceFile:
                 trace.leaf_elements.append(int(rec["leaf_elements"]))
             if "loss" in rec:
                 trace.losses.append((int(rec.get("step", 0)), float(rec["loss"])))
-        elif ev == "leaves" and rec.get("leaf_elements"):  # a pass inside a step's backward
-            trace.leaf_elements.append(int(rec["leaf_elements"]))  # (a reentrant checkpoint)
+        elif ev == "leaves":  # a pass inside a step's backward (a reentrant checkpoint)
+            if rec.get("leaf_elements"):
+                trace.leaf_elements.append(int(rec["leaf_elements"]))
+            trace.leaves += list(rec.get("slices") or [])  # the initial weights it reached
         elif ev == "grads":
             trace.grads_finite.append((int(rec.get("step", 0)), bool(rec.get("finite"))))
         elif ev == "nemesis":
