@@ -119,7 +119,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     stable sort: the rest keep their order). xdist hands tests out in this order, so the
     longest start at once, spread over the workers, and short ones fill the gaps, instead of
     one long test ending the suite on a single worker (where tiers share a session, the
-    platforms' class of 24 gradings would otherwise start after the style space's shards)."""
+    platforms' class of 16 gradings would otherwise start after the style space's shards)."""
     def order(item: pytest.Item) -> tuple[bool, float]:
         short = item.get_closest_marker("long") is None
         return short, 0.0 if short else -_bound_s(item)
