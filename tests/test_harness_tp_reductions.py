@@ -6,6 +6,8 @@ or to ranks outside the group, weigh nothing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -72,3 +74,56 @@ def test_one_step_clock_counts_the_passes_a_step_took(steps, per, flag, short):
     p = ProcessTrace(pid=1, backwards=list(range(n)))
     want = per if short == 0 else (n // steps if n and n % steps == 0 else flag)
     assert p.backwards_per_step(steps, flag) == want
+
+
+def _tp_run(per: int, loss_first: bool, forward: int, backward: int, steps: int = 6):
+    """A T = 2 run of two ranks, `per` micro-batches a step, each micro-batch's forward and
+    backward making `forward` and `backward` all-reduces of its activation over the group
+    (2 and 2 are the lesson's, one per block); with `loss_first` a step runs every
+    micro-batch's forward before any backward (a guard that reads the losses first)."""
+    from tests.harness.check.checks import Run
+    from tests.harness.observe.parse import ParsedRun
+    from tests.harness.observe.traces import Observation, ProcessTrace
+    from tests.harness.run.runner import Outcome
+
+    act = 16 * 16 * 32 // per  # B = 16 rows, as micro-batches
+    step = ["f", "b"] * per if not loss_first else ["f"] * per + ["b"] * per
+    calls: list[Call] = []
+    backwards: list[int] = []
+    for clock, event in enumerate(step * steps):
+        t0 = 100 * clock
+        if event == "b":
+            backwards.append(t0)
+        for i in range(forward if event == "f" else backward):
+            calls.append(Call(len(calls), "all_reduce", act, act, "float32", [0, 1], "m.py:1",
+                              t0 + 1 + i, t0 + 2 + i))
+    ranks = [ProcessTrace(pid=10 + r, rank=r, size=2, calls=list(calls),
+                          backwards=list(backwards)) for r in range(2)]
+    return Run("tp", steps, 2, Outcome([], ".", 0, False, 0.0),
+               ParsedRun(out=Path("."), world_size=2), Observation(Path("."), ranks))
+
+
+@given(per=st.sampled_from([1, 2, 4]), loss_first=st.booleans(),  # B = 16 splits evenly
+       mistake=st.sampled_from(["none", "no_forward", "no_backward", "twice_forward",
+                                "one_more_forward"]))
+# Found by a draw of the style space (micro=2, guard=loss_first): both micro-batches'
+# forwards ran before the first backward, read as 4 reductions in step 1's forward
+@example(per=2, loss_first=True, mistake="none")
+def test_the_heads_all_reduces_are_counted_whatever_order_the_micro_batches_run(
+        per, loss_first, mistake):
+    """One all-reduce per block in forward and one in backward, per micro-batch, whether
+    each micro-batch's backward follows its forward or every forward of a step comes first;
+    a missing or an extra reduction is told as such."""
+    from tests.harness.check.tp_checks import check_tp_traffic
+
+    forward = {"no_forward": 0, "twice_forward": 4, "one_more_forward": 3}.get(mistake, 2)
+    backward = 0 if mistake == "no_backward" else 2
+    found = check_tp_traffic(_tp_run(per, loss_first, forward, backward), 2, 16)
+    why = {v.message.split(":")[0].split(" (")[0] for v in found}
+    assert why == {"none": set(),
+                   "no_forward": {"the attention output is not all-reduced over the "
+                                  "tensor-parallel group"},
+                   "no_backward": {"the input's gradient is not all-reduced in backward"},
+                   "twice_forward": {"more reductions of the activation's size"},
+                   "one_more_forward": {"more reductions of the activation's size"}}[mistake], \
+        [v.message for v in found]

@@ -299,6 +299,11 @@ def check_tp_traffic(tp: Run, t: int, batch_size: int) -> list[Violation]:
             calls = _tp_all_reduces(p, members, act // per if act % per == 0 else act)
             b = p.backwards
             first = round(sum(w for t0, w in calls if t0 < b[0]))  # step 1's first forward
+            # ... per micro-batch whose forward ran before the first backward: one where a
+            # micro-batch's backward follows its forward, all of the step's where a program
+            # looks at every micro-batch's loss before any backward (its guard's choice)
+            ahead = min(per, max(1, first // N_LAYER))
+            first = first // ahead if first % ahead == 0 else first
             per_step = Counter(round(sum(w for t0, w in calls
                                          if b[k * per] <= t0 < b[(k + 1) * per]) / per)
                                for k in range(min(len(b) // per, tp.steps) - 1))
@@ -306,9 +311,11 @@ def check_tp_traffic(tp: Run, t: int, batch_size: int) -> list[Violation]:
             again = _recomputed(p, members, act // per if act % per == 0 else act)
             usual = per_step.most_common(1)[0][0] if per_step else 2 * N_LAYER
             usual -= min(again, max(usual - 2 * N_LAYER, 0))
-            expected = f"{N_LAYER} in step 1's forward, {2 * N_LAYER} per step after" + (
-                f" (besides {again} the recomputed forward repeats)" if again else "")
-            found = f"{first} in step 1's forward, {usual} per step"
+            unit = " (per micro-batch)" if per > 1 else ""
+            expected = (f"{N_LAYER} in step 1's forward{unit}, {2 * N_LAYER} per step after"
+                        + (f" (besides {again} the recomputed forward repeats)" if again
+                           else ""))
+            found = f"{first} in step 1's forward{unit}, {usual} per step"
             if first == 0 and usual <= N_LAYER:
                 why = ("the attention output is not all-reduced over the tensor-parallel "
                        "group: each rank's output projection gives a partial sum over its "
