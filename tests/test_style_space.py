@@ -68,8 +68,8 @@ def styles() -> st.SearchStrategy[dict[str, str]]:
 def drawn_styles() -> st.SearchStrategy[dict[str, str]]:
     """The styles a draw may give: every allowed one but the default. Hypothesis's first
     draw is the simplest example, here the all-defaults style: without the filter every
-    property test spent its first draw on the default (graded six times by the six shards,
-    CI's "12 draws" were 6 programs). The default is pinned instead, once per test."""
+    property test spent its first draw on the default (the six shards' "12 draws" were the
+    default six times and 6 other programs). The default is pinned instead, once per test."""
     return styles().filter(lambda style: style != DEFAULT)
 
 
@@ -299,12 +299,11 @@ def test_drawn_programs_do_the_exercises(reference_only, run_cache):
     _exercised(does)()
 
 
-
 def test_each_draw_is_a_program_no_other_case_grades():
     """The draws are as many programs as they are said to be: none is a pin (the default
     style among them) and none repeats. Hypothesis's first draw is its simplest example, the
     default style, and a filter's retry can draw a value again: CI's 12 drawn programs
-    were 6, and its 12 drawn pairs 9."""
+    were the default six times and 6 others, and its 12 drawn pairs 10 new ones."""
     def cases(of: Callable[[Callable[[Any], None]], Callable[[], None]]) -> list[str]:
         seen: list[str] = []
         of(lambda case: seen.append(json.dumps(case, sort_keys=True)))()
