@@ -135,6 +135,12 @@ FOUND = [
 ]
 
 
+def pinned_styles() -> list[dict[str, str]]:
+    """The style space's pins (CAPSTONE_STYLE_PINS=0: none): the default, each one-knob
+    change from it, and the programs draws found."""
+    return [dict(DEFAULT), *one_knob_changes(), *FOUND] if PINS else []
+
+
 def _property(strategy: st.SearchStrategy[Any], pins: list[Any], draws: int, stream: int,
               check: Callable[[Any], None]) -> Callable[[], None]:
     """A Hypothesis test of `check(case)`: each of `pins` (an `@example` each, in order),
@@ -165,8 +171,7 @@ def _drawn_in_shard(shard: int, check: Callable[[dict[str, str]], None]) -> Call
     different programs): of the default and the one-knob changes, each pinned, and of the
     DRAWS draws."""
     draws = DRAWS // SHARDS + (shard < DRAWS % SHARDS)  # DRAWS in all, however many shards
-    pins = ([dict(DEFAULT), *one_knob_changes(), *FOUND])[shard::SHARDS] if PINS else []
-    return _property(drawn_styles(), pins, draws, shard, check)
+    return _property(drawn_styles(), pinned_styles()[shard::SHARDS], draws, shard, check)
 
 
 @pytest.mark.styles
@@ -314,7 +319,7 @@ def test_each_draw_is_a_program_no_other_case_grades():
     assert sorted(cases(partial(_property, st.integers(0, 3), [0], 3, 0))) == ["0", "1", "2", "3"]
     graded = [c for shard in range(SHARDS)
               for c in cases(partial(_drawn_in_shard, shard))]
-    pinned = [dict(DEFAULT), *one_knob_changes(), *FOUND] if PINS else []
+    pinned = pinned_styles()
     assert len(graded) == len(set(graded)) == len(pinned) + DRAWS
     assert set(graded) >= {json.dumps(s, sort_keys=True) for s in pinned}
     assert len(cases(_pairs)) == len(PAIRS_PINNED) + PAIRS

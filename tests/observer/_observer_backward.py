@@ -173,8 +173,8 @@ class NestedLeaves:
                 self.counted[i] = local(t).numel()
                 if first and isinstance(t, torch.nn.Parameter):
                     shown += slices([t])
-                ref, read = self.initial.pop(i, (None, []))
-                if ref is not None and ref() is t:
+                kept, read = self.initial.pop(i, (None, []))
+                if kept is not None and kept() is t:
                     shown += read
             else:
                 try:
