@@ -41,7 +41,7 @@ REFERENCE = ROOT / "tests" / "submissions" / "reference"
 
 def recorded_runs(kept: Path) -> list[list[str]]:
     """The command of every run the grading kept in `kept`, in the order it started them."""
-    outcomes = [json.loads(p.read_text()) for p in kept.glob("capstone-runs/*/outcome.json")]
+    outcomes = [json.loads(p.read_text()) for p in kept.glob("capstone-runs/*.outcome.json")]
     if not outcomes:
         raise SystemExit(f"no runs kept in {kept}: did the grading run?")
     outcomes.sort(key=lambda o: o["ended_ns"] - o["wall_s"] * 1e9)

@@ -179,7 +179,7 @@ def test_a_run_is_read_once_per_process_and_anew_once_made_again(tmp_path, monke
     # Another worker's cache reads the run it did not make, once, too
     other = _cache(tmp_path / "runs", tmp_path)
     assert other.get(IMPL, OTHER) is other.get(IMPL, OTHER) and len(reads) == 2
-    (cache.root / OTHER.key(IMPL, cache.cwd) / "outcome.json").unlink()  # made again
+    (cache.root / f"{OTHER.key(IMPL, cache.cwd)}.outcome.json").unlink()  # made again
     again = cache.get(IMPL, OTHER)
     assert again is not first and len(reads) == 3
 
@@ -202,9 +202,9 @@ def test_a_helper_thread_computes_planned_runs_beside_the_tests(tmp_path):
     slow, other = _span(cache, SLOW), _span(cache, OTHER)
     assert other is not None and slow is not None, "the helper did not compute the planned run"
     assert other[1] < slow[1], f"the planned run ran at {other}, not beside the slow one"
-    before = (cache.root / OTHER.key(IMPL, cache.cwd) / "outcome.json").stat().st_mtime_ns
+    before = (cache.root / f"{OTHER.key(IMPL, cache.cwd)}.outcome.json").stat().st_mtime_ns
     assert cache.get(IMPL, OTHER).outcome.returncode == 0
-    assert (cache.root / OTHER.key(IMPL, cache.cwd) / "outcome.json").stat().st_mtime_ns \
+    assert (cache.root / f"{OTHER.key(IMPL, cache.cwd)}.outcome.json").stat().st_mtime_ns \
         == before, "the tests made the helper's run again"
     assert not cache.planned_left()
 

@@ -57,9 +57,23 @@ def test_a_crash_shows_the_lines_around_the_one_that_raised(tmp_path):
             f'  File "{main}", line 5, in step\n    line5\nIndexError: x\n')
     crashed = _first(text, 1)
     assert crashed.said.startswith("rank 1 raised IndexError: x at ")
-    assert crashed.around().splitlines() == [
+    assert crashed.around(tmp_path).splitlines() == [
         "     3 | line3", "     4 | line4", ">    5 | line5", "     6 | line6", "     7 | line7"]
-    assert Crash("rank 1 raised X", str(tmp_path / "gone.py"), 3).around() == ""
+    assert Crash("rank 1 raised X", str(tmp_path / "gone.py"), 3).around(tmp_path) == ""
+    assert Crash("rank 1 raised X", "main.py", 5).around(tmp_path).startswith("     3 |")
+
+
+def test_a_traceback_shows_no_line_of_a_file_outside_the_submissions_folder(tmp_path):
+    """Issue 72: the traceback is the run's text; the grader (root) would show five lines
+    of whatever file it names: a classmate's, a root-only one, the suite's."""
+    own, other = tmp_path / "student", tmp_path / "classmate"
+    own.mkdir()
+    other.mkdir()
+    (other / "main.py").write_text("SECRET = 1\n" * 9)
+    (own / "link.py").symlink_to(other / "main.py")
+    for named in [other / "main.py", own / ".." / "classmate" / "main.py", "../classmate/main.py",
+                  own / "link.py", "link.py", "/etc/passwd", "/dev/zero"]:
+        assert Crash("rank 0 raised X", str(named), 3).around(own) == "", named
 
 
 # A traceback's frames: the submission's or a library's, with the code line Python prints,

@@ -4,8 +4,10 @@ reports a clear failure, leaves no process behind and still writes the grade fil
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -196,18 +198,20 @@ def test_a_sandbox_that_fails_is_never_run_unconfined(tmp_path):
     prefix = contain._unshare_prefix()
     if prefix is None:
         pytest.skip("no namespaces here: nothing for nsinit to confine")
-    ran, report = tmp_path / "ran", tmp_path / "sandbox.json"
+    ran, report = tmp_path / "ran", tempfile.TemporaryFile()
     wrapped = contain.wrap([sys.executable, "-c", f"open({str(ran)!r}, 'w')"],
-                           tmp_path / "gone", report, 1.0)
-    proc = subprocess.run(wrapped, capture_output=True, text=True, timeout=60)
+                           tmp_path / "gone", report.fileno(), 1.0)
+    proc = subprocess.run(wrapped, capture_output=True, text=True, timeout=60,
+                          pass_fds=(report.fileno(),))
     assert proc.returncode == nsinit.NOT_CONFINED, proc.stderr
     assert not ran.exists() and "not started" in proc.stderr
-    assert json.loads(report.read_text())["filesystem"].startswith("not confined")
+    said = json.loads(os.pread(report.fileno(), 1 << 20, 0))
+    assert said["filesystem"].startswith("not confined")
     from tests.harness.run.runner import Outcome
     from tests.harness.run.runs import unconfined
 
     failed = Outcome([], ".", nsinit.NOT_CONFINED, False, 0.0)
-    failed.sandbox = json.loads(report.read_text())
+    failed.sandbox = said
     assert unconfined(failed).startswith("the run's sandbox could not be set up (not confined")
     assert unconfined(Outcome([], ".", 0, False, 0.0)) == ""
 

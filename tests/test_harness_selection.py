@@ -150,7 +150,7 @@ def test_impl_may_be_one_absolute_path(tmp_path):
                               text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=280)
         assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:]
-        argvs = [json.loads(p.read_text())["argv"][0] for p in bt.rglob("outcome.json")]
+        argvs = [json.loads(p.read_text())["argv"][0] for p in bt.rglob("*.outcome.json")]
     finally:
         shutil.rmtree(bt, ignore_errors=True)
     assert argvs == [str(run_sh)], argvs  # the one run the selected check reads

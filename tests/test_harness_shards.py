@@ -42,7 +42,7 @@ def test_the_reader_gives_torch_loads_values(tmp_path_factory, tensors, step):
     path = tmp_path_factory.mktemp("shard") / "rank-0.pt"
     saved = {f"t{i}": t for i, t in enumerate(tensors)} | {"step": step, "tied": tensors[0]}
     torch.save(saved, path)
-    mine, err = shards._plain(path), None
+    mine, err = shards._plain(path.read_bytes()), None
     theirs = torch.load(path, weights_only=True)
     assert err is None and set(mine) == set(theirs)
     for key, value in theirs.items():
@@ -59,14 +59,14 @@ def test_the_contracts_shard_is_read_without_torch_load(tmp_path, monkeypatch):
     torch.save({"master": master, "exp_avg": torch.zeros(10), "exp_avg_sq": torch.ones(10),
                 "step": 10}, tmp_path / "rank-0.pt")
     monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was used"))
-    obj, err = shards.load(tmp_path / "rank-0.pt")
+    obj, err = shards.load((tmp_path / "rank-0.pt").read_bytes())
     assert err is None and obj["step"] == 10
     np.testing.assert_array_equal(obj["master"], master.numpy())
 
 
 def test_a_dtype_numpy_cannot_name_is_read_by_torch_and_named_as_torch_names_it(tmp_path):
     torch.save({"master": torch.zeros(4, dtype=torch.bfloat16)}, tmp_path / "s.pt")
-    obj, err = shards.load(tmp_path / "s.pt")
+    obj, err = shards.load((tmp_path / "s.pt").read_bytes())
     assert err is None and obj["master"] == shards.Foreign("torch.bfloat16", (4,))
     assert shards.describe(obj["master"]) == "torch.bfloat16 (4,)"
     assert shards.describe(np.zeros(3, dtype=np.float64)) == "torch.float64 (3,)"
@@ -76,7 +76,7 @@ def test_a_dtype_numpy_cannot_name_is_read_by_torch_and_named_as_torch_names_it(
 def test_the_legacy_format_is_read_by_torch(tmp_path):
     torch.save({"master": torch.arange(5.0)}, tmp_path / "s.pt",
                _use_new_zipfile_serialization=False)
-    obj, err = shards.load(tmp_path / "s.pt")
+    obj, err = shards.load((tmp_path / "s.pt").read_bytes())
     assert err is None
     np.testing.assert_array_equal(obj["master"], np.arange(5.0, dtype=np.float32))
 
@@ -89,7 +89,7 @@ class _Planted:
 def test_a_shard_that_would_run_code_is_refused_and_runs_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     torch.save({"master": torch.zeros(2), "x": _Planted()}, tmp_path / "s.pt")
-    obj, err = shards.load(tmp_path / "s.pt")
+    obj, err = shards.load((tmp_path / "s.pt").read_bytes())
     assert obj is None and err is not None and "weights_only" in err
     assert not (tmp_path / "planted").exists()
 
@@ -107,12 +107,53 @@ def test_a_view_past_its_storage_is_left_to_torch(tmp_path):
         for name, data in entries.items():
             z.writestr(name, data)
     with pytest.raises(shards._NotPlain):
-        shards._plain(tmp_path / "bad.pt")
-    obj, err = shards.load(tmp_path / "bad.pt")
+        shards._plain((tmp_path / "bad.pt").read_bytes())
+    obj, err = shards.load((tmp_path / "bad.pt").read_bytes())
     assert obj is None and err is not None
 
 
 def test_a_file_that_is_no_shard_says_why(tmp_path):
     Path(tmp_path / "s.pt").write_bytes(b"not a checkpoint")
-    obj, err = shards.load(tmp_path / "s.pt")
+    obj, err = shards.load((tmp_path / "s.pt").read_bytes())
     assert obj is None and err is not None and err.startswith("not loadable")
+
+
+def test_a_view_of_more_elements_than_a_shard_is_refused_before_it_is_copied(tmp_path):
+    """Issue 72: one float stored, a view of 2^30 over it (stride 0): copying it into numpy
+    would take 4 GB of the grader's memory."""
+    torch.save({"master": torch.zeros(1).expand(2**30)}, tmp_path / "s.pt")
+    obj, err = shards.load((tmp_path / "s.pt").read_bytes())
+    assert obj is None and err is not None and "elements" in err, err
+
+
+def test_a_zip_bomb_is_refused_before_it_is_unpacked(tmp_path):
+    torch.save({"master": torch.zeros(4)}, tmp_path / "ok.pt")
+    with zipfile.ZipFile(tmp_path / "ok.pt") as z:
+        entries = {n: z.read(n) for n in z.namelist()}
+    with zipfile.ZipFile(tmp_path / "bomb.pt", "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+        with z.open("archive/data/bomb", "w") as f:  # 1.1 GB of zeros, ~1 MB packed
+            chunk = bytes(2**24)
+            for _ in range(70):
+                f.write(chunk)
+    assert (tmp_path / "bomb.pt").stat().st_size < 8 * 2**20
+    obj, err = shards.load((tmp_path / "bomb.pt").read_bytes())
+    assert obj is None and err is not None and "unpacked" in err, err
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../../../etc/passwd", "..", "sub/rank-0.pt",
+                                  "link.pt", "fifo.pt"])
+def test_a_manifest_names_only_a_plain_file_beside_it(tmp_path, name):
+    """A manifest's `file` is the run's text: the grader (root) hashed and loaded whatever it
+    named (a sha256 oracle on any file of the machine)."""
+    ck = tmp_path / "out" / "checkpoints" / "step-000010"
+    (ck / "sub").mkdir(parents=True)
+    torch.save({"master": torch.zeros(2)}, ck / "rank-0.pt")
+    torch.save({"master": torch.zeros(2)}, ck / "sub" / "rank-0.pt")
+    (ck / "link.pt").symlink_to(ck / "rank-0.pt")
+    os.mkfifo(ck / "fifo.pt")
+    data, why = shards.read(ck, name)
+    assert data is None and why, why
+    data, why = shards.read(ck, "rank-0.pt")
+    assert why is None and shards.load(data)[0] is not None

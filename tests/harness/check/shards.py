@@ -16,6 +16,7 @@ with torch's own error when it does not.
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import pickle
 import zipfile
@@ -24,6 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tests.harness.observe.boundary import MB, Refused, RunFolder
+
+# What the suite reads of one shard, unpacks of it, and materializes of one tensor (the
+# lesson's MiniGPT: ~100k parameters, a shard of 3·P/N float32 values, well under 10 MB): a
+# shard is the run's file, and a zip bomb or a view of 10^10 elements over one value would
+# otherwise take the grader's memory
+SHARD_CAP, UNPACKED_CAP, ELEMENTS_CAP = 256 * MB, 1024 * MB, 2**28
 
 # torch's legacy storage classes (the `storage_type` of a persistent id) and their dtypes.
 _DTYPES = {"FloatStorage": np.float32, "DoubleStorage": np.float64, "HalfStorage": np.float16,
@@ -48,6 +57,10 @@ class _NotPlain(Exception):
     """The shard holds something this reader leaves to torch.load."""
 
 
+class _TooLarge(Exception):
+    """The shard would unpack to more than the suite takes of a shard."""
+
+
 @dataclass(frozen=True)
 class _StorageType:
     dtype: Any
@@ -63,10 +76,19 @@ def _rebuild(storage: np.ndarray, offset: int, size: tuple[int, ...], stride: tu
     if 0 not in size and offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) \
             >= storage.size:
         raise _NotPlain("a view past its storage")
+    if _elements(size) > ELEMENTS_CAP:
+        raise _TooLarge(f"a tensor of {_elements(size)} elements")
     if 0 in size:
         return np.zeros(size, dtype=storage.dtype)
     return np.lib.stride_tricks.as_strided(
         storage[offset:], shape=size, strides=[s * storage.itemsize for s in stride]).copy()
+
+
+def _elements(size: tuple[int, ...]) -> int:
+    n = 1
+    for d in size:
+        n *= d
+    return n
 
 
 class _Unpickler(pickle.Unpickler):
@@ -98,8 +120,18 @@ class _Unpickler(pickle.Unpickler):
         return self.storages[key]
 
 
-def _plain(path: Path) -> Any:
-    with zipfile.ZipFile(path) as archive:
+def _unpacked(data: bytes) -> None:
+    """Refuse a zip whose entries unpack to more than UNPACKED_CAP (a zip bomb), before
+    this reader or torch.load unpacks any."""
+    with contextlib.suppress(zipfile.BadZipFile, ValueError, OSError), \
+            zipfile.ZipFile(io.BytesIO(data)) as archive:
+        total = sum(i.file_size for i in archive.infolist())
+        if total > UNPACKED_CAP:
+            raise _TooLarge(f"entries of {total / MB:.0f} MB unpacked")
+
+
+def _plain(data: bytes) -> Any:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
         names = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
         if len(names) != 1:
             raise _NotPlain("not one data.pkl")
@@ -115,6 +147,8 @@ def _numpy(value: Any) -> Any:
     import torch
 
     if isinstance(value, torch.Tensor):
+        if value.numel() > ELEMENTS_CAP:  # a view (stride 0) over a small storage
+            raise _TooLarge(f"a tensor of {value.numel()} elements")
         t = value.detach().cpu()
         try:
             return t.numpy().copy()
@@ -127,20 +161,41 @@ def _numpy(value: Any) -> Any:
     return value
 
 
-def load(path: Path) -> tuple[Any, str | None]:
-    """The shard's object, tensors as numpy arrays (or `Foreign`), or None and why it does
-    not load with weights_only=True."""
+def read(checkpoint: Path, name: str) -> tuple[bytes | None, str | None]:
+    """The bytes of the shard a manifest names `name` in `checkpoint` (a run's
+    out/checkpoints/step-N folder), read through the boundary beneath the run's folder: a
+    plain file name only (an absolute path or `../` would have the grader hash and load any
+    file of the machine), never a link, at most SHARD_CAP bytes; else None and why."""
+    if not name or "/" in name or name in (".", "..") or "\0" in name:
+        return None, (f"{name!r} is not a file name in its checkpoint folder: a manifest "
+                      "names its shards by their names beside it")
+    folder = RunFolder(checkpoint.parents[2])
     try:
-        return _plain(path), None
+        return folder.read(checkpoint.relative_to(folder.root) / name, SHARD_CAP), None
+    except Refused as e:
+        return None, e.why
+
+
+def load(data: bytes) -> tuple[Any, str | None]:
+    """The shard's object (its bytes, from `read`), tensors as numpy arrays (or
+    `Foreign`), or None and why it does not load with weights_only=True."""
+    try:
+        _unpacked(data)
+        return _plain(data), None
+    except _TooLarge as e:
+        return None, f"holds {e} (more than a shard of the lesson's model)"
     except (_NotPlain, zipfile.BadZipFile, pickle.UnpicklingError, KeyError, ValueError,
-            EOFError, OSError, TypeError, AttributeError, IndexError):
+            EOFError, OSError, TypeError, AttributeError, IndexError, RecursionError):
         pass
     import torch  # the suite's own dependency, only for what the reader above leaves
 
     try:
-        return _numpy(torch.load(path, weights_only=True)), None
+        return _numpy(torch.load(io.BytesIO(data), weights_only=True)), None
+    except _TooLarge as e:
+        return None, f"holds {e} (more than a shard of the lesson's model)"
     except Exception as e:
-        return None, f"not loadable with weights_only=True: {str(e).splitlines()[0][:120]}"
+        return None, f"not loadable with weights_only=True: " \
+            f"{(str(e).splitlines() or [type(e).__name__])[0][:120]}"
 
 
 def describe(value: Any) -> str:

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.harness.observe.boundary import MB, Refused, RunFolder, one_line
 from tests.harness.observe.traces import rank_list
+
+SOURCE_CAP = 4 * MB  # the most read of a submission's source file
 
 _PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
@@ -60,18 +63,26 @@ class Crash:
     line: int = 0
     what: str = ""  # what was raised and where, without who raised it
 
-    def around(self, context: int = 2) -> str:
+    def around(self, submission: Path, context: int = 2) -> str:
         """The few lines of the submission around the line that raised, the line marked;
-        "" where the file cannot be read."""
+        "" where the file is not a regular file beneath the `submission`'s own folder,
+        reached with no link (a traceback is the run's text: it may name any file, and the
+        grader, root, would show that file's lines to the student)."""
         if not self.file or self.line <= 0:
             return ""
+        path = Path(self.file)
+        if path.is_absolute():
+            if not path.is_relative_to(submission):
+                return ""
+            path = path.relative_to(submission)
         try:
-            source = Path(self.file).read_text(errors="replace").splitlines()
-        except OSError:
+            source = RunFolder(submission).read(path, SOURCE_CAP).decode(
+                "utf-8", "replace").splitlines()
+        except Refused:
             return ""
         lo, hi = max(1, self.line - context), min(len(source), self.line + context)
-        return "\n".join(f"{'>' if n == self.line else ' '} {n:4d} | {source[n - 1]}"
-                         for n in range(lo, hi + 1))
+        return "\n".join(f"{'>' if n == self.line else ' '} {n:4d} | "
+                         f"{one_line(source[n - 1], 160)}" for n in range(lo, hi + 1))
 
 
 def first_exception(text: str, rank: int | None = None) -> str:
@@ -114,7 +125,7 @@ def _first(text: str, rank: int | None = None) -> Crash:
         if rank is None:
             rank = prefixed if prefixed is not None else _rank_before(lines, i)
         who = f"rank {rank}" if rank is not None else "the run"
-        what = f"{error[:200]}{where}"
+        what = one_line(f"{error[:200]}{where}", 400)  # the run's text: one line
         return Crash(f"{who} raised {what}", file, int(number), what)
     for _, line in lines:
         m = _SIGNAL.search(line)
@@ -141,35 +152,41 @@ def killed_by_suite(nemesis: dict[str, Any]) -> Crash:
                  "the program's error)")
 
 
-def first_exception_of(stderr: Path, raised: list[dict[str, Any]] | None = None,
-                       killed: dict[str, Any] | None = None,
-                       limit: int = 2_000_000) -> Crash:
+def first_exception_of(stderr: str, raised: list[dict[str, Any]] | None = None,
+                       killed: dict[str, Any] | None = None) -> Crash:
     """The run's cause of failure, told once: the suite's kill of a rank (`killed`, the
     nemesis's record) where nothing was raised before it; else the earliest exception a
     rank's observer recorded (`raised`) that is not a consequence of a peer's death, with
     every rank that raised the same at the same line ("ranks 0-3 raised KeyError ..."); else
-    the first traceback of the stderr file."""
+    the first traceback of the `stderr` text (its first megabytes, read by the runner from
+    its own descriptor)."""
     # A rank whose peer died fails too, sometimes before the cause is recorded (the dying
     # rank closes its connections while it unwinds): those are consequences, told last.
-    told = [(rec, _first(str(rec.get("text", "")), rec.get("rank"))) for rec in raised or []]
+    told = [(rec, _first(str(rec.get("text", "")), _rank(rec))) for rec in raised or []]
     told = [(rec, c) for rec, c in told if c.said]
     causes = sorted(((rec, c) for rec, c in told
                      if not any(w in str(rec.get("text", "")) for w in LOST_PEER)),
-                    key=lambda rc: int(rc[0].get("t", 0)))
-    if killed is not None and (not causes or int(causes[0][0].get("t", 0)) >
-                               int(killed.get("t", 0))):
+                    key=lambda rc: _time(rc[0]))
+    if killed is not None and (not causes or _time(causes[0][0]) > _time(killed)):
         return killed_by_suite(killed)  # what the other ranks raised after it follows from it
-    ordered = causes or sorted(told, key=lambda rc: int(rc[0].get("t", 0)))
+    ordered = causes or sorted(told, key=lambda rc: _time(rc[0]))
     if ordered:
         first = ordered[0][1]
-        ranks = sorted({rec["rank"] for rec, c in ordered
-                        if isinstance(rec.get("rank"), int) and c.what == first.what})
+        ranks = sorted({r for rec, c in ordered
+                        if (r := _rank(rec)) is not None and c.what == first.what})
         if len(ranks) > 1:
             return Crash(f"{rank_list(ranks)} raised {first.what}", first.file, first.line,
                          first.what)
         return first
-    try:
-        with open(stderr, "rb") as f:
-            return _first(f.read(limit).decode("utf-8", "replace"))
-    except OSError:
-        return Crash()
+    return _first(stderr)
+
+
+def _rank(rec: dict[str, Any]) -> int | None:
+    """A record's rank where it is a small integer (a record is the run's to write)."""
+    r = rec.get("rank")
+    return r if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 2**16 else None
+
+
+def _time(rec: dict[str, Any]) -> int:
+    t = rec.get("t", 0)
+    return t if isinstance(t, int) and not isinstance(t, bool) else 0

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.harness.observe.boundary import MB, Missing, Refused, RunFolder, loads
 from tests.harness.observe.violations import Violation
 
 STEP_KEYS: dict[str, tuple[type, ...]] = {
@@ -23,6 +23,10 @@ EVENT_KEYS: dict[str, tuple[type, ...]] = {
     "event": (str,), "rank": (int,), "step": (int,), "to_step": (int,), "reason": (str,),
 }
 _STEP_DIR = re.compile(r"^step-(\d{6})$")
+# The most the suite reads of each file of the contract's: a 20-step run's metrics are a
+# few kB a rank, its summary and manifests a few hundred bytes
+METRICS_CAP, SUMMARY_CAP, MANIFEST_CAP = 16 * MB, 1 * MB, 4 * MB
+LINE_CAP = 64 * 1024  # one record of a metrics file
 
 
 @dataclass
@@ -62,18 +66,26 @@ def _typed(obj: dict[str, Any], keys: dict[str, tuple[type, ...]]) -> str | None
     return None
 
 
-def parse_metrics(path: Path, rank: int, invariant: str = "contract"
+def parse_metrics(path: Path, rank: int, invariant: str = "contract",
+                  folder: RunFolder | None = None
                   ) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]], list[Violation]]:
-    """Parse one `rank-{r}.jsonl`: (records by step, events, problems)."""
+    """Parse one `rank-{r}.jsonl`: (records by step, events, problems). `folder`: the run's
+    folder `path` lies beneath (by default its run directory, two levels up), read through
+    the boundary (tests/harness/observe/boundary.py)."""
     records: dict[int, dict[str, Any]] = {}
     events: list[dict[str, Any]] = []
     problems: list[Violation] = []
-    if not path.is_file():
+    folder = folder or RunFolder(path.parents[2])
+    rel = path.relative_to(folder.root)
+    try:
+        text = folder.read(rel, METRICS_CAP).decode("utf-8")
+    except Missing:
         return records, events, [Violation(invariant, rank, None, "file", "missing",
                                            f"{path.name} was not written")]
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+    except Refused as e:
+        return records, events, [Violation(invariant, rank, None, "a regular file",
+                                           "refused", str(e))]
+    except UnicodeDecodeError as e:
         return records, events, [Violation(invariant, rank, None, "UTF-8 text", "unreadable",
                                            f"{path.name}: {e}")]
     last_step: int | None = None
@@ -81,11 +93,16 @@ def parse_metrics(path: Path, rank: int, invariant: str = "contract"
         if not line.strip():
             continue
         where = f"{path.name}:{lineno}"
+        if len(line) > LINE_CAP:
+            problems.append(Violation(invariant, rank, None, "a JSON object", "too long",
+                                      f"{where}: a line of {len(line)} characters (one "
+                                      "record a line, at most {LINE_CAP})"))
+            continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
+            obj = loads(line)
+        except ValueError as e:
             problems.append(Violation(invariant, rank, None, "a JSON object", "invalid JSON",
-                                      f"{where}: {e.msg} (truncated or not JSON lines?)"))
+                                      f"{where}: {e} (truncated or not JSON lines?)"))
             continue
         if not isinstance(obj, dict):
             problems.append(Violation(invariant, rank, None, "a JSON object",
@@ -115,17 +132,19 @@ def parse_metrics(path: Path, rank: int, invariant: str = "contract"
     return records, events, problems
 
 
-def parse_summary(path: Path) -> tuple[dict[str, Any] | None, list[Violation]]:
+def parse_summary(path: Path, folder: RunFolder | None = None
+                  ) -> tuple[dict[str, Any] | None, list[Violation]]:
     keys: dict[str, tuple[type, ...]] = {"contract": (int,), "n_params": (int,),
                                          "world_size": (int,), "steps": (int,)}
+    folder = folder or RunFolder(path.parents[1])
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        obj = folder.read_json(path.relative_to(folder.root), SUMMARY_CAP)
+    except Missing:
         return None, [Violation("contract", None, None, "summary.json", "missing",
                                 "summary.json was not written")]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except Refused as e:
         return None, [Violation("contract", None, None, "summary.json", "invalid",
-                                f"summary.json: {e}")]
+                                f"summary.json: {e.why}")]
     err = _typed(obj, keys) if isinstance(obj, dict) else "not an object"
     if err is None and obj["n_params"] < 1:
         err = f"n_params {obj['n_params']} < 1"
@@ -136,25 +155,41 @@ def parse_summary(path: Path) -> tuple[dict[str, Any] | None, list[Violation]]:
 
 
 def parse_run(out: Path, world_size: int) -> ParsedRun:
-    """Everything the suite reads from one run directory."""
+    """Everything the suite reads from one run directory (`out`, the run's --out, beneath
+    the run's folder: every file read through the boundary)."""
     run = ParsedRun(out=out, world_size=world_size)
-    run.summary, run.problems = parse_summary(out / "summary.json")
+    folder = RunFolder(out.parent)
+    run.summary, run.problems = parse_summary(out / "summary.json", folder)
     for rank in range(world_size):
-        recs, evs, probs = parse_metrics(out / "metrics" / f"rank-{rank}.jsonl", rank)
+        recs, evs, probs = parse_metrics(out / "metrics" / f"rank-{rank}.jsonl", rank,
+                                         folder=folder)
         run.records[rank], run.events[rank] = recs, evs
         run.problems += probs
-    ckpt_root = out / "checkpoints"
-    if ckpt_root.is_dir():
-        for d in sorted(ckpt_root.iterdir()):
-            m = _STEP_DIR.match(d.name)
-            if not (m and d.is_dir()):
-                continue
+    root = Path(out.name) / "checkpoints"
+    if folder.kind(root) == "link":
+        run.problems.append(Violation("contract", None, None, "a folder", "a link",
+                                      f"{out.name}/checkpoints is a link: write your "
+                                      "checkpoints, do not link them"))
+    entries = folder.entries(root) if folder.kind(root) == "dir" else []
+    for entry in entries:
+        m = _STEP_DIR.match(entry.name)
+        if not m:
+            continue
+        if entry.kind != "dir":
+            if entry.kind == "link":
+                run.problems.append(Violation(
+                    "contract", None, int(m.group(1)), "a folder", "a link",
+                    f"checkpoints/{entry.name} is a link: write your checkpoints, do not "
+                    "link them"))
+            continue
+        manifest = None
+        try:
+            found = folder.read_json(root / entry.name / "manifest.json", MANIFEST_CAP)
+            manifest = found if isinstance(found, dict) else None
+        except Refused:
             manifest = None
-            try:
-                manifest = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-                manifest = None
-            run.checkpoints[int(m.group(1))] = Checkpoint(int(m.group(1)), d, manifest)
+        run.checkpoints[int(m.group(1))] = Checkpoint(int(m.group(1)), out / root.name /
+                                                      entry.name, manifest)
     return run
 
 

@@ -9,11 +9,13 @@ detection) and the communication and memory checks read them after it ends.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.harness.observe.boundary import MB, Refused, RunFolder, integer, loads, one_line
 
 # Bytes per element of the dtypes collectives carry (the observer records names)
 ITEMSIZE = {"float64": 8, "double": 8, "int64": 8, "long": 8, "float32": 4, "float": 4,
@@ -23,6 +25,12 @@ OBSERVER_DIR = Path(__file__).resolve().parents[2] / "observer"  # goes on the r
 P2P = ("send", "recv", "isend", "irecv", "batch_isend_irecv", "wait")
 # gloo's Flight Recorder names -> the op they count as (it records reduce_scatter as all_reduce)
 _FR_OP = re.compile(r"^\w+:(?P<op>\w+)$")
+# The most the suite reads of one process's trace (a rank of a 20-step run writes ~1-3 MB),
+# of one stack dump, and of one record; a pid, rank or size beyond these is no process's
+TRACE_CAP, STACK_CAP, RECORD_CAP = 256 * MB, 1 * MB, 4 * MB
+PID_MAX, RANK_MAX = 2**22, 2**16
+PROCESSES_CAP = 4096  # traces read of one run (a 4-rank run writes ~10)
+TEXT_CAP = 300  # a call site, an op, a peer: one line of at most this many characters
 
 
 @dataclass
@@ -180,6 +188,8 @@ class Observation:
 
     directory: Path
     processes: list[ProcessTrace] = field(default_factory=list)
+    # what the boundary refused of the observer's folder (a link, a FIFO, a forged record)
+    problems: list[str] = field(default_factory=list)
 
     def ranks(self) -> dict[int, ProcessTrace]:
         """rank -> the process that joined the process group as that rank (the first one)."""
@@ -199,16 +209,36 @@ class Observation:
         return ranks
 
 
+def _text(rec: dict[str, Any], key: str, default: str = "") -> str:
+    """A record's string field as one bounded line (a newline in a run's record is how a
+    forged line would reach a report)."""
+    value = rec.get(key)
+    return one_line(value, TEXT_CAP) if value is not None else default
+
+
+def _int(rec: dict[str, Any], key: str, lo: int = 0, hi: int = 2**62) -> int:
+    """A record's integer field, or 0 where it is not an integer in [lo, hi]."""
+    value = integer(rec.get(key, 0), lo, hi)
+    return value if value is not None else 0
+
+
+def _list(rec: dict[str, Any], key: str) -> list[Any]:
+    value = rec.get(key)
+    return value if isinstance(value, list) else []
+
+
 def _call(rec: dict[str, Any]) -> Call:
-    fresh = rec.get("fresh")
-    return Call(int(rec.get("i", 0)), str(rec.get("op", "?")), int(rec.get("numel_in", 0)),
-                int(rec.get("numel_out", 0)), str((rec.get("dtypes") or ["?"])[0]),
-                list(rec.get("group") or []), str(rec.get("site", "?")), int(rec.get("t0", 0)),
-                is_async=bool(rec.get("async")), peer=str(rec.get("peer", "")),
-                fresh=None if fresh is None else int(fresh),
-                nonfinite=bool(rec.get("nonfinite")),
-                values=[float(v) for v in rec.get("values") or []],
-                digest=rec.get("digest"), of=str(rec.get("of") or ""),
+    fresh = integer(rec.get("fresh"), 0, 2**62)
+    group, dtypes, values = (_list(rec, k) for k in ("group", "dtypes", "values"))
+    return Call(_int(rec, "i", -1), _text(rec, "op", "?"), _int(rec, "numel_in"),
+                _int(rec, "numel_out"), one_line(dtypes[0], 40) if dtypes else "?",
+                [g for g in group[:RANK_MAX] if integer(g, 0, RANK_MAX) is not None],
+                _text(rec, "site", "?"), _int(rec, "t0"),
+                is_async=bool(rec.get("async")), peer=_text(rec, "peer"),
+                fresh=fresh, nonfinite=bool(rec.get("nonfinite")),
+                values=[float(v) for v in values if isinstance(v, (int, float))],
+                digest=rec.get("digest") if isinstance(rec.get("digest"), dict) else None,
+                of=_text(rec, "of"),
                 trail=rec.get("trail") if isinstance(rec.get("trail"), dict) else None)
 
 
@@ -217,9 +247,13 @@ class TraceFile:
     written since the last one (the runner reads a live run's files every poll). A torn last
     line, from a kill mid-write, is skipped, and so is whatever else shares its line."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, folder: RunFolder | None = None) -> None:
         self.path = path
+        self.folder = folder or RunFolder(path.parents[1])
+        self.rel = path.relative_to(self.folder.root)
         self.trace: ProcessTrace | None = None
+        self.refused = ""  # why the file is not read (a link, a FIFO, too large)
+        self.malformed = 0  # records that were not of the observer's form
         self._offset = 0
         self._partial = b""  # the last line, while its newline is not written yet
         self._by_index: dict[int, Call] = {}
@@ -227,10 +261,13 @@ class TraceFile:
     def update(self, final: bool = False) -> ProcessTrace | None:
         """The trace with every complete line read (`final`: the run has ended, so a last
         line without its newline is read too, if it parses)."""
+        if self.refused:
+            return self.trace
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
+            data = self.folder.read(self.rel, TRACE_CAP - self._offset, self._offset)
+        except Refused as e:
+            self.refused = str(e)
+            return self.trace
         except OSError:
             return self.trace
         self._offset += len(data)
@@ -239,45 +276,55 @@ class TraceFile:
             lines.append(self._partial)
             self._partial = b""
         for line in lines:
-            self._take(line)
+            if len(line) > RECORD_CAP:
+                self.malformed += 1
+                continue
+            try:
+                self._take(line)
+            except (TypeError, ValueError, KeyError, AttributeError, OverflowError):
+                self.malformed += 1  # a record not of the observer's form: not evidence
         if self.trace is not None:
-            stack = self.path.parent / f"stack-{self.trace.pid}.txt"
-            if stack.is_file():
-                self.trace.stack = stack.read_text(errors="replace")
+            stack = self.rel.parent / f"stack-{self.trace.pid}.txt"
+            with contextlib.suppress(Refused):
+                self.trace.stack = self.folder.read(stack, STACK_CAP).decode(
+                    "utf-8", "replace")
         return self.trace
 
     def _take(self, line: bytes) -> None:
         try:
-            rec = json.loads(line.decode("utf-8", errors="replace"))
-        except json.JSONDecodeError:
+            rec = loads(line.decode("utf-8", errors="replace"))
+        except ValueError:
             return
         if not isinstance(rec, dict):
             return
         ev, trace, by_index = rec.get("ev"), self.trace, self._by_index
         if ev == "hello":
-            self.trace = ProcessTrace(int(rec.get("pid", 0)), int(rec.get("ppid", 0)),
-                                      list(rec.get("argv") or []))
+            argv = _list(rec, "argv")
+            self.trace = ProcessTrace(_int(rec, "pid", 0, PID_MAX), _int(rec, "ppid", 0, PID_MAX),
+                                      [one_line(a, TEXT_CAP) for a in argv[:64]])
             by_index.clear()
         elif trace is None:
             return
         elif ev == "init" and "rank" in rec:
-            trace.rank, trace.size = int(rec["rank"]), int(rec["size"])
+            rank, size = integer(rec["rank"], 0, RANK_MAX), integer(rec.get("size"), 1, RANK_MAX)
+            if rank is not None and size is not None:
+                trace.rank, trace.size = rank, size
         elif ev == "call":
             c = _call(rec)
             trace.calls.append(c)
             by_index[c.index] = c
-        elif ev == "end" and rec.get("i") in by_index:
-            by_index[rec["i"]].t1 = int(rec.get("t1", 0))
-            by_index[rec["i"]].error = rec.get("error")
+        elif ev == "end" and integer(rec.get("i"), -1, 2**62) in by_index:
+            by_index[rec["i"]].t1 = _int(rec, "t1")
+            by_index[rec["i"]].error = _text(rec, "error") if rec.get("error") else None
         elif ev == "bye":
             trace.ended = True
         elif ev == "fr" and "entries" in rec:
             trace.flight_recorder = list(rec["entries"])
         elif ev == "bw":
-            trace.backwards.append(int(rec.get("t", 0)))
-            trace.backward_steps.append(int(rec.get("step", 0)))
-            trace.work.append({k: int(rec[k]) for k in ("tokens", "rows", "token_crc")
-                               if k in rec})
+            work = {k: int(rec[k]) for k in ("tokens", "rows", "token_crc") if k in rec}
+            trace.backwards.append(_int(rec, "t"))
+            trace.backward_steps.append(_int(rec, "step"))
+            trace.work.append(work)
             if rec.get("leaves") and not trace.leaves:
                 trace.leaves = list(rec["leaves"])
             if rec.get("leaf_elements"):
@@ -291,9 +338,14 @@ class TraceFile:
         elif ev == "grads":
             trace.grads_finite.append((int(rec.get("step", 0)), bool(rec.get("finite"))))
         elif ev == "nemesis":
-            trace.nemesis = rec
+            trace.nemesis = {**rec, "kind": _text(rec, "kind"), "t": _int(rec, "t"),
+                             "rank": integer(rec.get("rank"), 0, RANK_MAX),
+                             "step": integer(rec.get("step"), 0, 2**31)}
         elif ev == "raise" and trace.raised is None:
-            trace.raised = rec
+            # what a rank raised, as its launcher would print it: many lines, but its rank
+            # an integer and its time a number (crash.py tells them in one line)
+            trace.raised = {"text": str(rec.get("text", ""))[:STACK_CAP], "t": _int(rec, "t"),
+                            "rank": integer(rec.get("rank"), 0, RANK_MAX), "via": _text(rec, "via")}
         elif ev == "mem":
             trace.memory.append(rec)
         elif ev == "state" and trace.state is None:
@@ -307,16 +359,35 @@ class ObservationReader:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._files: dict[Path, TraceFile] = {}
+        self.folder = RunFolder(directory.parent)  # the run's folder: the boundary's root
+        self._files: dict[str, TraceFile] = {}
 
     def read(self, final: bool = False) -> Observation:
         """Every process seen so far (`final`: the run has ended; see TraceFile.update)."""
         obs = Observation(self.directory)
-        if self.directory.is_dir():
-            for path in sorted(self.directory.glob("p*.jsonl")):
-                trace = self._files.setdefault(path, TraceFile(path)).update(final)
-                if trace is not None:
-                    obs.processes.append(trace)
+        rel = Path(self.directory.name)
+        kind = self.folder.kind(rel)
+        if kind != "dir":
+            if kind != "missing":
+                obs.problems.append(f"{rel} is a {kind}, not the folder the suite made: "
+                                    "leave the observer's folder as it is")
+            return obs
+        names = [e for e in self.folder.entries(rel)
+                 if e.name.startswith("p") and e.name.endswith(".jsonl")]
+        for entry in names[:PROCESSES_CAP]:
+            tf = self._files.setdefault(entry.name, TraceFile(self.directory / entry.name,
+                                                              self.folder))
+            trace = tf.update(final)
+            if tf.refused:
+                obs.problems.append(tf.refused)
+            if tf.malformed:
+                obs.problems.append(f"{rel}/{entry.name}: {tf.malformed} records not of the "
+                                    "observer's form")
+            if trace is not None:
+                obs.processes.append(trace)
+        if len(names) > PROCESSES_CAP:
+            obs.problems.append(f"{rel} holds {len(names)} traces: the suite reads the first "
+                                f"{PROCESSES_CAP}")
         return obs
 
 

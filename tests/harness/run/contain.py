@@ -342,8 +342,10 @@ def named_folders(argv: list[str]) -> list[Path]:
     found = []
     for arg in argv[2:]:
         path = Path(arg)
-        if path.is_absolute() and path.exists():
-            found.append(path.resolve() if path.is_dir() else path.resolve().parent)
+        # Never a folder reached through a link: the run's own files name these (a resume's
+        # checkpoint made a link to a classmate's folder would be shown to the resumed run)
+        if path.is_absolute() and path.exists() and os.path.realpath(path) == str(path):
+            found.append(path if path.is_dir() else path.parent)
     return found
 
 
@@ -415,7 +417,7 @@ def hidden_folders() -> list[str]:
     return [p for p in os.environ.get(HIDE_VAR, "").split(os.pathsep) if p]
 
 
-def wrap(argv: list[str], run_dir: Path, report: Path, grace_s: float,
+def wrap(argv: list[str], run_dir: Path, report_fd: int, grace_s: float,
          pass_fds: tuple[int, ...] = (), cwd: Path | None = None,
          user: tuple[int, int] | None = None, programs: list[Path] | None = None) -> list[str]:
     """`argv` as started inside its own namespaces (unchanged under the marker scan); nsinit
@@ -435,7 +437,7 @@ def wrap(argv: list[str], run_dir: Path, report: Path, grace_s: float,
     # -S: nsinit needs the standard library alone, and the site-packages' .pth hooks (an
     # editable install's finder) took two thirds of its interpreter's start (~20 ms a run)
     return [*prefix, sys.executable, "-I", "-S", str(NSINIT), "--run", str(run_dir),
-            "--report", str(report), "--grace", str(grace_s), *passed, "--", *argv]
+            "--report-fd", str(report_fd), "--grace", str(grace_s), *passed, "--", *argv]
 
 
 def _children(pid: int) -> list[int]:

@@ -1,7 +1,7 @@
 """PID 1 of a run's namespaces: set the run's world up, start the submission, report what
 outlived it, and end (the kernel then ends every process left in the PID namespace).
 
-`python -I -S nsinit.py --run DIR --report FILE -- ARGV...`, started by `unshare --pid --fork
+`python -I -S nsinit.py --run DIR --report-fd FD -- ARGV...`, started by `unshare --pid --fork
 --mount-proc --net --mount` (tests/harness/run/contain.py). It brings the loopback interface up
 (gloo finds no interface without it), gives the run a private /tmp (an overlay over the old
 one, its writes kept in a tmpfs at DIR/tmp) and /dev/shm, and makes every other mount
@@ -135,10 +135,17 @@ def _host_root() -> bool:
         return os.getuid() == 0 and f.read().split()[:3] == ["0", "0", "4294967295"]
 
 
-def _not_confined(report: dict[str, object], path: str, why: str) -> int:
+def _report(fd: int, report: dict[str, object]) -> None:
+    """Write the report to the runner's own descriptor: an unnamed file of the runner's,
+    which no process of the run can reach (a file in the run's directory could be a link
+    the program planted, and nsinit writes as root)."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(report).encode(), 0)
+
+
+def _not_confined(report: dict[str, object], fd: int, why: str) -> int:
     report["filesystem"] = why
-    with open(path, "w") as f:
-        json.dump(report, f)
+    _report(fd, report)
     print(f"the run's sandbox could not be set up ({why}): the submission was not started",
           file=sys.stderr)
     return NOT_CONFINED
@@ -147,7 +154,8 @@ def _not_confined(report: dict[str, object], path: str, why: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", required=True)
-    ap.add_argument("--report", required=True)
+    ap.add_argument("--report-fd", type=int, required=True,
+                    help="the runner's descriptor the report is written to")
     ap.add_argument("--grace", type=float, required=True,
                     help="seconds a process still exiting after the command is not a survivor")
     ap.add_argument("--pass-fd", type=int, action="append", default=[],
@@ -169,16 +177,16 @@ def main() -> int:
     try:
         confine(args.run, args.hide, args.show)
     except OSError as e:  # fail closed: never run the submission unconfined
-        return _not_confined(report, args.report, f"not confined: {e}")
+        return _not_confined(report, args.report_fd, f"not confined: {e}")
     ids = tuple(int(i) for i in args.user.split(":")) if args.user else None
     if ids is None and _host_root():
-        return _not_confined(report, args.report, "not confined: the program would run as "
+        return _not_confined(report, args.report_fd, "not confined: the program would run as "
                              "the host's root (no run user was given)")
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=args.pass_fd,
                                  preexec_fn=lambda: drop(ids))
     except subprocess.SubprocessError as e:  # the drop failed: never run it privileged
-        return _not_confined(report, args.report,
+        return _not_confined(report, args.report_fd,
                              f"not confined: the program could not drop its privileges: {e}")
     except OSError as e:
         print(f"cannot start {argv[0]!r}: {e}", file=sys.stderr)
@@ -187,12 +195,12 @@ def main() -> int:
     if kept:
         child.kill()
         child.wait()
-        return _not_confined(report, args.report, f"not confined: the program still held {kept}")
+        return _not_confined(report, args.report_fd,
+                             f"not confined: the program still held {kept}")
     report["privileges"] = f"none (uid {ids[0]})" if ids else "none (user namespace)"
     rc = child.wait()
     report["survivors"] = lingering(others, args.grace)
-    with open(args.report, "w") as f:  # the run's directory, bound in again (or never moved)
-        json.dump(report, f)
+    _report(args.report_fd, report)
     return rc if rc >= 0 else 128 - rc
 
 

@@ -37,11 +37,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import psutil
 
 from tests.harness.observe import crash
+from tests.harness.observe.boundary import Entry, RunFolder, replace_own
 from tests.harness.observe.traces import (
     OBSERVER_DIR,
     ObservationReader,
@@ -56,6 +57,7 @@ from tests.harness.run.procfs import lingering, live_processes
 TOKEN_VAR = "CAPSTONE_SUITE_RUN"
 SESSION_VAR = "CAPSTONE_SUITE_SESSION"  # set per pytest session, inherited by xdist workers
 TAIL_BYTES = 4096
+STDERR_READ = 2_000_000  # what is searched of a run's stderr for its first traceback
 MEMORY_SAMPLE_S = 1.0  # how often a run's memory is sampled
 
 
@@ -94,10 +96,7 @@ class Outcome:
 
     def save(self, path: Path) -> None:
         """Atomically, and never through a link a run may have planted at `path`."""
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".outcome-")
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(asdict(self)))
-        os.replace(tmp, path)
+        replace_own(path, json.dumps(asdict(self)).encode())
 
     def finished(self) -> bool:
         """The run ended by itself with exit 0: not a crash, a deadlock or the bound."""
@@ -139,11 +138,17 @@ class Outcome:
         return "exit code 0"
 
 
-def _tail(path: Path) -> str:
-    size = path.stat().st_size if path.exists() else 0
-    with open(path, "rb") as f:
-        f.seek(max(0, size - TAIL_BYTES))
-        return f.read().decode("utf-8", "replace")
+def _tail(f: BinaryIO) -> str:
+    """The last TAIL_BYTES of a log, read from the suite's own descriptor of it (never
+    opened again by its name, which the run may have made a link meanwhile)."""
+    size = os.fstat(f.fileno()).st_size
+    return os.pread(f.fileno(), TAIL_BYTES, max(0, size - TAIL_BYTES)).decode(
+        "utf-8", "replace")
+
+
+def _head(f: BinaryIO, nbytes: int = STDERR_READ) -> str:
+    """The first `nbytes` of a log, from the suite's own descriptor of it."""
+    return os.pread(f.fileno(), nbytes, 0).decode("utf-8", "replace")
 
 
 def session_prefix() -> str:
@@ -332,23 +337,52 @@ def _lingering(find: Callable[[], list[int]], grace_s: float) -> list[int]:
     return lingering(find, grace_s)
 
 
-def _signal_stacks(pids: list[int], leader: int, observe_dir: Path,
-                   wait_s: float = 0.3) -> None:
+def _signal_stacks(pids: list[int], leader: int, observe_dir: Path, token: str,
+                   uid: int | None, wait_s: float = 0.3) -> None:
     """Ask every observed process for its faulthandler dump (SIGUSR1 is registered only where
     the observer loaded, so only those get it), and wait until they are written (at most
-    `wait_s`: a process that cannot answer does not hold the run up)."""
-    ns_to_host = contain.host_pids(leader)  # empty under the marker scan: pids are host pids
+    `wait_s`: a process that cannot answer does not hold the run up). A pid is the run's
+    word (its traces): only one verified a live process of this run is signalled
+    (`_of_this_run`), never one <= 0, never another process of the machine."""
     asked = []
-    for pid in pids:
+    for pid, host in _of_this_run(pids, leader, token, uid).items():
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(ns_to_host.get(pid, pid), signal.SIGUSR1)
-            asked.append(observe_dir / f"stack-{pid}.txt")
+            os.kill(host, signal.SIGUSR1)
+            asked.append(f"{observe_dir.name}/stack-{pid}.txt")
+    folder = RunFolder(observe_dir.parent)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if all(f.is_file() and f.stat().st_size for f in asked):
+        if all(e.kind == "file" and e.size for e in _entries(folder, asked)):
             time.sleep(0.02)  # the last lines of a dump
             return
         time.sleep(0.02)
+
+
+def _entries(folder: RunFolder, rels: list[str]) -> list[Entry]:
+    """The entries `rels` name, as they are (a missing one as an empty "missing" entry)."""
+    found = []
+    for rel in rels:
+        kind = folder.kind(rel)
+        size = folder.tail(rel, 1) if kind == "file" else b""
+        found.append(Entry(rel, kind, len(size)))
+    return found
+
+
+def _of_this_run(pids: list[int], leader: int, token: str, uid: int | None
+                 ) -> dict[int, int]:
+    """Of the pids a run's traces name, those that are live processes of this run: pid as
+    the traces name it -> the host's pid. Under namespaces, a pid of the run's own PID
+    namespace (the namespace says whose it is); else a process that carries the run's token
+    or runs as the run's own user. A pid <= 0 (every process, a process group) is never
+    one."""
+    named = {p for p in pids if isinstance(p, int) and p > 0}
+    ns_to_host = contain.host_pids(leader)
+    if ns_to_host:
+        return {p: ns_to_host[p] for p in named if ns_to_host.get(p, 0) > 0}
+    ours = set(processes_with_token(token))
+    if uid is not None:
+        ours.update(contain.user_processes(uid))
+    return {p: p for p in named if p in ours}
 
 
 def _warm_connection(watch: Watch, mode: str, argv: list[str]) -> socket.socket | None:
@@ -371,8 +405,25 @@ def run_command(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | No
     watch = watch or Watch()
     mode = contain.mode() if watch.contain else contain.MARKER_SCAN
     # whether it may run beside others (contain's rule), and what it may not see
+    token = session_prefix() + uuid.uuid4().hex
     with contain.admitted(mode) as user, _unseen(user, cwd):
-        return _run(argv, out, timeout_s, cwd, mem_bytes, file_bytes, watch, mode, user)
+        try:
+            return _run(argv, out, timeout_s, cwd, mem_bytes, file_bytes, watch, mode, user,
+                        token)
+        except BaseException:
+            # Whatever the suite met while the run ran (its own error, a KeyboardInterrupt,
+            # a record it could not read), the run's processes end with it: never a run
+            # left alive in its own session, charged to the next student's run
+            _end_marked(token, user)
+            raise
+
+
+def _end_marked(token: str, user: tuple[int, int] | None) -> None:
+    """SIGKILL every process that carries the run's token, and every process of its user."""
+    for _ in range(3):
+        kill_pids(processes_with_token(token))
+    if user is not None:
+        contain.end_user(user[0])
 
 
 def _unseen(user: tuple[int, int] | None, cwd: Path | None) -> contextlib.AbstractContextManager:
@@ -386,9 +437,8 @@ def _unseen(user: tuple[int, int] | None, cwd: Path | None) -> contextlib.Abstra
 
 def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
          mem_bytes: int | None, file_bytes: int | None, watch: Watch, mode: str,
-         user: tuple[int, int] | None) -> Outcome:
+         user: tuple[int, int] | None, token: str) -> Outcome:
     out.parent.mkdir(parents=True, exist_ok=True)
-    token = session_prefix() + uuid.uuid4().hex
     observe_dir = out.parent / "observe" if watch.observe else None
     # the user the program runs as: the run user's lease, or nsinit's unprivileged user
     ids = user or contain.program_user(mode)
@@ -399,7 +449,9 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     logs = out.parent / f"{out.name}.log"
     logs.mkdir(parents=True, exist_ok=True)
     stdout_path, stderr_path = logs / "stdout", logs / "stderr"
-    report = out.parent / "sandbox.json"
+    # nsinit's report, in an unnamed file of the suite's that no process of the run can
+    # reach (a name in the run's directory could be a link the program planted)
+    report = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the `with` of the logs)
     conn = _warm_connection(watch, mode, list(argv))
     passed = (conn.fileno(),) if conn is not None else ()
     inner = warm.client_argv(list(argv), passed[0]) if passed else list(argv)
@@ -407,7 +459,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     # what the run reads beside its own folder (a resume's checkpoint): shown through the
     # session's hidden folders
     named = contain.named_folders(list(argv)) if ids is not None else []
-    full = contain.wrap(inner, out.parent, report, watch.grace_s, passed,
+    full = contain.wrap(inner, out.parent, report.fileno(), watch.grace_s, passed,
                         Path(cwd or os.getcwd()), ids, [*programs, *named]) \
         if mode == contain.NAMESPACES else inner
     if ids is not None:
@@ -417,12 +469,15 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
     ooms_before, stress_before = box.oom_kills(), stress.read()
     peak = 0.0
     t0 = time.monotonic()
-    with open(stdout_path, "wb") as so, open(stderr_path, "wb") as se:
+    # made anew (O_EXCL: never through a name planted before), read back through these
+    # descriptors only
+    with open(stdout_path, "xb+") as so, open(stderr_path, "xb+") as se, report:
         try:
             proc = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=so, stderr=se,
                                     cwd=cwd, env=env, start_new_session=True,
                                     preexec_fn=_limits(mem_bytes, file_bytes, user),
-                                    pass_fds=passed)
+                                    pass_fds=(*passed, report.fileno())
+                                    if mode == contain.NAMESPACES else passed)
         except OSError as e:
             if plans is not None:
                 plans.close()
@@ -456,7 +511,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                 deadline = now  # a run that outlives its killed rank is not waited for
             if stuck is not None or now >= deadline:
                 if obs is not None and observe_dir is not None:
-                    _signal_stacks([p.pid for p in obs.processes], proc.pid, observe_dir)
+                    _signal_stacks([p.pid for p in obs.processes], proc.pid, observe_dir,
+                                   token, user[0] if user else None)
                     obs = reader.read() if reader is not None else obs
                     blocked, dumps = where_blocked(obs), stacks(obs)
                     if stuck is not None and now < deadline and not all(
@@ -490,27 +546,31 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         proc.wait()
         if plans is not None:
             plans.close()
+        stdout_tail, stderr_tail = _tail(so), _tail(se)
+        stderr_head = _head(se) if proc.returncode != 0 else ""
+        said = os.pread(report.fileno(), 1 << 20, 0) if mode == contain.NAMESPACES else b""
     wall = time.monotonic() - t0
     ooms, pressure = box.oom_kills() - ooms_before, stress.since(stress_before)
     seen = reader.read(final=True) if reader is not None else None
     reached = seen is not None and any(p.calls for p in seen.processes)
     sandbox: dict[str, Any] = {}
-    if mode == contain.NAMESPACES and report.is_file():
-        with contextlib.suppress(ValueError, OSError):
-            sandbox = json.loads(report.read_text())
+    if said:
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            sandbox = json.loads(said)  # nsinit's own words, from the suite's own file
             survivors += [s["pid"] for s in sandbox.get("survivors", [])]
     killed = next((p.nemesis for p in seen.processes if p.nemesis and str(
         p.nemesis.get("kind", "")).startswith("kill")), None) if seen is not None else None
     crashed = crash.first_exception_of(
-        stderr_path, [p.raised for p in seen.processes if p.raised] if seen is not None
+        stderr_head, [p.raised for p in seen.processes if p.raised] if seen is not None
         else None, killed) if proc.returncode != 0 else crash.Crash()
     return Outcome(list(argv), str(out), None if stopped else proc.returncode, timed_out, wall,
-                   _tail(stdout_path), _tail(stderr_path), alive, survivors, token, mode,
+                   stdout_tail, stderr_tail, alive, survivors, token, mode,
                    deadlock_s, blocked, dumps, str(observe_dir or ""), sandbox,
                    round(peak, 1), ooms, ended_ns=ended_ns, stress=pressure,
                    after_kill_s=watch.after_kill_s if watch.nemesis.startswith("kill")
                    else 0.0,
                    reached_collective=reached,
-                   first_error=crashed.said, crash_source=crashed.around(),
+                   first_error=crashed.said,
+                   crash_source=crashed.around(Path(cwd or os.getcwd()).resolve()),
                    plan_fired=plans is not None and plans.fired)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from tests.harness.observe.boundary import RunFolder
 from tests.harness.observe.parse import parse_run
 from tests.harness.observe.traces import load_observation
 from tests.harness.run import box, contain, stress, unsaid
@@ -27,7 +28,15 @@ from tests.harness.run.result import Run, checkpoint_dir
 from tests.harness.run.runner import Outcome, Watch, run_command
 from tests.harness.run.timeline import write_trace
 
-TIMELINE = "timeline.json"  # every observed run's, beside its outcome
+# The suite's own files of a run, beside its folder (RUN/ -> RUN.outcome.json,
+# RUN.timeline.json), never in it: the run owns its folder while it runs, and a file of that
+# name there is the run's to forge or to make a link
+OUTCOME, TIMELINE = ".outcome.json", ".timeline.json"
+
+
+def own_file(d: Path, suffix: str) -> Path:
+    """The suite's file `suffix` (OUTCOME, TIMELINE) of the run in folder `d`."""
+    return d.parent / f"{d.name}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -180,7 +189,8 @@ def resumed_after(killed: RunSpec) -> RunSpec:
 def resumable(source: Outcome, out: Path, step: int) -> bool:
     """A resume from `step` of the run that ended so, in `out`, can succeed: the run finished
     or wrote that checkpoint. (One that cannot would fail as that run's consequence.)"""
-    return source.finished() or checkpoint_dir(out, step).is_dir()
+    return source.finished() or RunFolder(out.parent).kind(
+        checkpoint_dir(Path(out.name), step)) == "dir"  # the run's folder: never a link
 
 
 def nemesis_of(spec: RunSpec) -> tuple[str, int, int] | None:
@@ -297,7 +307,7 @@ class RunCache:
 
     def _get(self, impl: tuple[str, ...], spec: RunSpec, ahead: bool = True) -> Run:
         done = self._done(impl, spec)
-        d = done.parent
+        d = self._dir(impl, spec)
         if kills(spec) and not done.exists():
             # The clean run first (every kill check reads it anyway): its speed sets the bound.
             self._get(impl, self.seeded(BASE), ahead)
@@ -316,7 +326,7 @@ class RunCache:
                 lock.acquire(blocking=not (ahead and self.ahead))
                 break
             except Timeout:
-                if (d / "outcome.json").exists() or not self.one_ahead():
+                if own_file(d, OUTCOME).exists() or not self.one_ahead():
                     lock.acquire()
                     break
         try:
@@ -338,14 +348,14 @@ class RunCache:
             done = self._done(impl, spec)
             if done.exists() or not self._ready(impl, spec, free):
                 continue
-            lock = _lock(done.parent)
+            lock = _lock(self._dir(impl, spec))
             try:
                 lock.acquire(blocking=False)
             except Timeout:
                 continue  # another worker is computing it
             try:
                 if not done.exists():
-                    self._compute(impl, spec, done.parent)
+                    self._compute(impl, spec, self._dir(impl, spec))
             finally:
                 lock.release()
             return True
@@ -353,7 +363,11 @@ class RunCache:
 
     def _done(self, impl: tuple[str, ...], spec: RunSpec) -> Path:
         """The file that says how the run ended, once it has."""
-        return self.root / spec.key(impl, self.cwd) / "outcome.json"
+        return own_file(self._dir(impl, spec), OUTCOME)
+
+    def _dir(self, impl: tuple[str, ...], spec: RunSpec) -> Path:
+        """The run's folder (its --out, logs and the observer's traces: the run's own)."""
+        return self.root / spec.key(impl, self.cwd)
 
     def _ready(self, impl: tuple[str, ...], spec: RunSpec, free: bool) -> bool:
         base = self._done(impl, self.seeded(BASE))
@@ -364,7 +378,8 @@ class RunCache:
         if spec.resume_from is not None:
             source, step = spec.resume_from
             done = self._done(impl, source)
-            return done.exists() and resumable(Outcome.load(done), done.parent / "out", step)
+            return done.exists() and resumable(Outcome.load(done),
+                                               self._dir(impl, source) / "out", step)
         return True
 
     def _compute(self, impl: tuple[str, ...], spec: RunSpec, d: Path) -> Run:
@@ -394,10 +409,10 @@ class RunCache:
         if not outcome.not_graded and not outcome.finished():
             # the grading hid the reference and nobody said whether the class may use it
             outcome.not_graded = unsaid.not_graded(outcome.first_error)
-        outcome.save(d / "outcome.json")
+        outcome.save(own_file(d, OUTCOME))
         run = self._load(spec, d, outcome)
         if run.observed is not None:
-            write_trace(run, d / TIMELINE)
+            write_trace(run, own_file(d, TIMELINE))
         return run
 
     def _load(self, spec: RunSpec, d: Path, outcome: Outcome) -> Run:
@@ -421,8 +436,8 @@ def _lock(d: Path) -> FileLock:
 
 def timeline_of(run: Run) -> Path | None:
     """The run's timeline (Chrome trace JSON), where the run cache wrote one."""
-    path = Path(run.outcome.out).parent / TIMELINE
-    return path if path.is_file() else None
+    path = own_file(Path(run.outcome.out).parent, TIMELINE)
+    return path if run.observed is not None and path.is_file() else None
 
 
 def out_of_memory(peak_mb: float, cap_bytes: int | None = None) -> str:
