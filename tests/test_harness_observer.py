@@ -103,6 +103,8 @@ def _files(out: Path) -> dict[str, str]:
 def test_observer_leaves_the_reference_results_byte_identical(reference_only, run, tmp_path):
     observed = run(BASE)
     assert observed.observed is not None and observed.observed.ranks()
+    # every record the observer wrote is of its form: the boundary refuses none of them
+    assert observed.observed.problems == [] and observed.parsed.problems == []
     plain = RunCache(tmp_path, 60, ROOT, None, None, Watch(observe=False, contain=True)
                      ).get((sys.executable, "-m", "capstone"), BASE)
     assert plain.observed is None and plain.outcome.returncode == 0

@@ -23,6 +23,7 @@ from filelock import FileLock, Timeout
 from tests.harness.observe.boundary import RunFolder
 from tests.harness.observe.parse import parse_run
 from tests.harness.observe.traces import load_observation
+from tests.harness.observe.violations import Violation
 from tests.harness.run import box, contain, stress, unsaid
 from tests.harness.run.result import Run, checkpoint_dir
 from tests.harness.run.runner import Outcome, Watch, run_command
@@ -424,8 +425,14 @@ class RunCache:
         if key not in self._loaded:
             observed = load_observation(Path(outcome.observe_dir)) \
                 if outcome.observe_dir else None
-            self._loaded[key] = Run(spec.name, spec.steps, spec.world_size, outcome,
-                                    parse_run(d / "out", spec.world_size), observed)
+            parsed = parse_run(d / "out", spec.world_size)
+            # what the boundary refused of the observer's folder is the run's doing (a
+            # link, a FIFO, a record not of the observer's form): told as the contract's
+            parsed.problems += [Violation("contract", None, None, "the observer's files as it "
+                                          "wrote them", "refused", p)
+                                for p in (observed.problems if observed else [])]
+            self._loaded[key] = Run(spec.name, spec.steps, spec.world_size, outcome, parsed,
+                                    observed)
         return self._loaded[key]
 
 
