@@ -198,14 +198,15 @@ def test_a_sandbox_that_fails_is_never_run_unconfined(tmp_path):
     prefix = contain._unshare_prefix()
     if prefix is None:
         pytest.skip("no namespaces here: nothing for nsinit to confine")
-    ran, report = tmp_path / "ran", tempfile.TemporaryFile()
-    wrapped = contain.wrap([sys.executable, "-c", f"open({str(ran)!r}, 'w')"],
-                           tmp_path / "gone", report.fileno(), 1.0)
-    proc = subprocess.run(wrapped, capture_output=True, text=True, timeout=60,
-                          pass_fds=(report.fileno(),))
+    ran = tmp_path / "ran"
+    with tempfile.TemporaryFile() as report:  # nsinit's report: the runner's unnamed file
+        wrapped = contain.wrap([sys.executable, "-c", f"open({str(ran)!r}, 'w')"],
+                               tmp_path / "gone", report.fileno(), 1.0)
+        proc = subprocess.run(wrapped, capture_output=True, text=True, timeout=60,
+                              pass_fds=(report.fileno(),))
+        said = json.loads(os.pread(report.fileno(), 1 << 20, 0))
     assert proc.returncode == nsinit.NOT_CONFINED, proc.stderr
     assert not ran.exists() and "not started" in proc.stderr
-    said = json.loads(os.pread(report.fileno(), 1 << 20, 0))
     assert said["filesystem"].startswith("not confined")
     from tests.harness.run.runner import Outcome
     from tests.harness.run.runs import unconfined

@@ -80,6 +80,8 @@ OWN_FILES = {
     "report/class_report.py": "the class's grade files, written by the suite's sessions",
     "report/grading.py": "the instructor's grading.json",
     "report/roster.py": "the instructor's export of the class",
+    "report/timeline_picture.py": "a timeline the suite wrote",
+    "report/plugin.py": "the timelines the suite wrote, without following a link",
     "run/access.py": "the access journal, root's",
     "run/box.py": "/proc and the cgroups; the memory budget's own file",
     "run/bytecode.py": "the suite's own bytecode folder",
@@ -91,7 +93,6 @@ OWN_FILES = {
     "run/procfs.py": "/proc",
     "run/runner.py": "its own outcome file; /proc; the logs through its own descriptors",
     "run/stress.py": "/proc and the box's probe, the suite's",
-    "run/timeline.py": "a timeline the suite wrote",
     "run/unseen.py": "the class folder's listing, the instructor's",
     "run/warm.py": "/proc; the fork server's own log",
 }

@@ -8,8 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from tests.harness.report.timeline_picture import draw
 from tests.harness.run.runs import BASE, timeline_of
-from tests.harness.run.timeline import draw
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = {"X", "i", "M"}

@@ -372,8 +372,12 @@ class ObservationReader:
                 obs.problems.append(f"{rel} is a {kind}, not the folder the suite made: "
                                     "leave the observer's folder as it is")
             return obs
-        names = [e for e in self.folder.entries(rel)
-                 if e.name.startswith("p") and e.name.endswith(".jsonl")]
+        try:
+            names = [e for e in self.folder.entries(rel)
+                     if e.name.startswith("p") and e.name.endswith(".jsonl")]
+        except Refused as e:  # made a link since it was looked at (the run is alive)
+            obs.problems.append(str(e))
+            return obs
         for entry in names[:PROCESSES_CAP]:
             tf = self._files.setdefault(entry.name, TraceFile(self.directory / entry.name,
                                                               self.folder))

@@ -15,6 +15,7 @@ from typing import Any
 
 from tests.harness.check.exercise_checks import reductions_seen
 from tests.harness.check.tp_checks import N_EMBD, heads_held
+from tests.harness.report.escape import mathtext_safe
 from tests.harness.run.result import Run
 from tests.harness.run.runs import MICRO, MICRO_BATCHES, TP
 
@@ -99,7 +100,8 @@ def as_text(f: dict[str, Any]) -> list[str]:
 
 
 def draw(f: dict[str, Any], axes: Any) -> None:
-    """Draw the facts on two matplotlib axes."""
+    """Draw the facts on two matplotlib axes (every text drawn as typed, never as mathtext:
+    escape.mathtext_safe)."""
     if f["kind"] == "heads":
         _draw_heads(f, axes)
     else:
@@ -113,8 +115,8 @@ def _draw_heads(f: dict[str, Any], axes: Any) -> None:
 
     ax, note = axes
     note.axis("off")
-    note.text(0, 0.5, "\n".join(ln[:70] for ln in as_text(f)[:24]), family="monospace",
-              fontsize=6, va="center")
+    note.text(0, 0.5, mathtext_safe("\n".join(as_text(f)[:24]), 70, lines=True),
+              family="monospace", fontsize=6, va="center")
     ranks = list(f["ranks"])
     widths = {i: w["shape"][0 if w["how"] == "rows" else 1] for i, w in f["weights"].items()}
     grid = np.zeros((len(ranks), sum(widths.values()) or 1))
@@ -128,13 +130,13 @@ def _draw_heads(f: dict[str, Any], axes: Any) -> None:
             for j in f["ranks"][r].get(i, []):
                 grid[k, left + j] = 2 if count[j] > 1 else 1
         ax.axvline(left - 0.5, color="black", lw=0.8)
-        ax.text(left + n / 2, -0.7, f"weight {i}", ha="center", fontsize=7)
+        ax.text(left + n / 2, -0.7, mathtext_safe(f"weight {i}"), ha="center", fontsize=7)
         left += n
     from matplotlib.colors import ListedColormap
 
     ax.imshow(grid, aspect="auto", interpolation="nearest", vmin=0, vmax=2,
               cmap=ListedColormap(["#ecf0f1", "#27ae60", "#c0392b"]))
-    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.set_yticks(range(len(ranks)), [mathtext_safe(f"rank {r}") for r in ranks])
     ax.set_xlabel("rows (or columns) of the one-rank weights: green held, red held twice")
     ax.set_title(f"each rank's share of the attention (1/{f['t']} each, disjoint)", fontsize=9)
 
@@ -148,7 +150,7 @@ def _draw_reductions(f: dict[str, Any], axes: Any) -> None:
     x = np.arange(1, steps + 1)
     for k, n in enumerate(names):
         ys = f["runs"][n]["reduced"] + [0] * (steps - len(f["runs"][n]["reduced"]))
-        left.bar(x + (k - 0.5) * 0.4, ys, width=0.4, label=n)
+        left.bar(x + (k - 0.5) * 0.4, ys, width=0.4, label=mathtext_safe(n))
     left.set_xticks(x)
     left.set_xlabel("step")
     left.set_ylabel("gradient elements reduced (rank 0)")
@@ -156,7 +158,8 @@ def _draw_reductions(f: dict[str, Any], axes: Any) -> None:
     left.legend(fontsize=7)
     for k, n in enumerate(names):
         norms = f["runs"][n]["norms"]
-        right.bar(np.arange(1, len(norms) + 1) + (k - 0.5) * 0.4, norms, width=0.4, label=n)
+        right.bar(np.arange(1, len(norms) + 1) + (k - 0.5) * 0.4, norms, width=0.4,
+                  label=mathtext_safe(n))
     right.set_xlabel("reduction of step 1")
     right.set_ylabel("norm of the gradient put in")
     right.set_title(f"step 1's gradient: equal, not {f['m']}x (summed) or 1/{f['m']}",

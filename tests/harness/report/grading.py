@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.diagnose.diagnosis import told_once
+from tests.harness.report.escape import one_line as one_line  # read from here by the reports
 from tests.harness.report.ledger import points, scaled, split, units
 from tests.harness.report.policy import (
     DESCRIBE,
@@ -77,12 +78,6 @@ def graded_name(nodeid: str) -> str | None:
     """The weight key of a test node id, or None for ungraded tests."""
     name = module_of(nodeid)
     return name if name in WEIGHTS else None
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    first = lines[0] if lines else ""
-    return first if len(first) <= limit else first[:limit - 3] + "..."
 
 
 def grading_config() -> tuple[dict[str, float], dict[str, str]]:
@@ -219,6 +214,12 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
                               # what each failed test's picture shows (grade_class draws it)
                               "pictures": {n: o["picture"] for n, o in outcomes.items()
                                            if "picture" in o and n in collected},
+                              # the timelines each test read, kept beside this file
+                              # (plugin.keep_timelines): grade_class copies these, never a
+                              # path named in a test's output, which a run can write
+                              "timelines": {n: list(o["kept_timelines"])
+                                            for n, o in outcomes.items()
+                                            if o.get("kept_timelines") and n in collected},
                               **(extra or {})},
                "tests": tests}
     results = apply_policy(results, policy, credit)

@@ -27,6 +27,7 @@ from tests.harness.check.observed_checks import params_of, persistent_bytes, tra
 from tests.harness.check.state_checks import CHARGED, located
 from tests.harness.observe.violations import Violation
 from tests.harness.report import exercise_pictures
+from tests.harness.report.escape import mathtext_safe
 
 KINDS = {"no_deadlock": "timeline", "communication": "timeline", "monotonic_loss": "curves",
          "single_process_parity": "curves", "zero1_memory": "memory",
@@ -187,22 +188,27 @@ def as_text(f: dict[str, Any], width: int = 100) -> str:
 
 
 def render(f: dict[str, Any], path: Path, title: str) -> Path:
-    """Draw the facts into a PNG at `path`."""
+    """Draw the facts into a PNG at `path`, under `title` (drawn as typed: a student's name
+    or a run's words in it are never read as mathtext). Every text a run chose (call sites,
+    ops, what it logged) is drawn so too (escape.mathtext_safe)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    draw = {"timeline": _draw_timeline, "curves": _draw_curves, "memory": _draw_memory,
-            "restart": _draw_restart, **{k: exercise_pictures.draw
-                                         for k in exercise_pictures.KINDS.values()}}[f["kind"]]
-    draw(f, axes)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        draw = {"timeline": _draw_timeline, "curves": _draw_curves, "memory": _draw_memory,
+                "restart": _draw_restart,
+                **{k: exercise_pictures.draw for k in exercise_pictures.KINDS.values()}
+                }[f["kind"]]
+        draw(f, axes)
+        fig.suptitle(mathtext_safe(title), fontsize=10)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+    finally:  # a picture that fails leaves no figure open: a class draws many
+        plt.close(fig)
     return path
 
 
@@ -217,20 +223,23 @@ def _draw_timeline(f: dict[str, Any], axes: Any) -> None:
             ax.barh(int(r), max((end if blocked else t1) - t0, 0.05), left=t0, height=0.6,
                     color="#c0392b" if blocked else "#2980b9", edgecolor="black", lw=0.3)
             if blocked or (not f["stop_ms"] and t1 - t0 >= wide):  # what each rank waits in
-                ax.text(t0, int(r) + (0 if blocked else 0.42),
-                        f"{op} at {site}" if blocked else op, fontsize=7 if blocked else 5,
+                ax.text(t0, int(r) + (0 if blocked else 0.42),  # the run's words, as typed
+                        mathtext_safe(f"{op} at {site}" if blocked else op),
+                        fontsize=7 if blocked else 5,
                         color="white" if blocked else "black", va="center")
     if f["stop_ms"] is not None:
         ax.axvline(f["stop_ms"], color="black", ls="--", lw=1)
         ax.text(f["stop_ms"], len(f["ranks"]) - 0.45, "stopped by the suite ", fontsize=7,
                 ha="right")
-    ax.set_yticks([int(r) for r in f["ranks"]], [f"rank {r}" for r in f["ranks"]])
+    ax.set_yticks([int(r) for r in f["ranks"]],
+                  [mathtext_safe(f"rank {r}") for r in f["ranks"]])
     ax.invert_yaxis()
     ax.set_xlabel("ms since the run's first call")
     ax.set_title("each rank's last calls (red: still inside it when stopped)"
                  if f["stop_ms"] else "each rank's calls in one training step", fontsize=9)
     total = sum(f["sites"].values())
-    names = ["all call sites"] + [k.replace(" at ", "\n") for k in f["sites"]]
+    names = ["all call sites"] + ["\n".join(mathtext_safe(part) for part in k.split(" at ", 1))
+                                  for k in f["sites"]]  # "op\nfile:line", the run's names
     values = [total, *f["sites"].values()]
     over = f["bound"] and total > f["bound"] * 1.02
     bars.barh(names[::-1], values[::-1],
@@ -250,7 +259,7 @@ def _draw_curves(f: dict[str, Any], axes: Any) -> None:
                 ys = series[key]
                 ax.plot(range(1, len(ys) + 1), [float("nan") if y is None else y for y in ys],
                         ls="-" if i == 0 else "--", lw=1 if i == 0 else 2, marker=".",
-                        label=f"{name}, rank {r}" if len(ranks) > 1 else name)
+                        label=mathtext_safe(f"{name}, rank {r}" if len(ranks) > 1 else name))
         ax.set_xlabel("step")
         ax.set_title(key, fontsize=9)
         ax.legend(fontsize=6)
@@ -260,7 +269,8 @@ def _draw_memory(f: dict[str, Any], axes: Any) -> None:
     """What each rank stops holding as N grows, against what ZeRO-1 sheds: 12P(1 - 1/N)."""
     ax, note = axes
     note.axis("off")
-    note.text(0, 0.5, as_text(f), family="monospace", fontsize=7, va="center")
+    note.text(0, 0.5, mathtext_safe(as_text(f), None, lines=True), family="monospace",
+              fontsize=7, va="center")  # what the run logged, drawn as typed
     if f.get("state"):
         _draw_state(f, ax)
         return
@@ -304,7 +314,8 @@ def _draw_restart(f: dict[str, Any], axes: Any) -> None:
         for i, (name, series) in enumerate(f["runs"].items()):
             ys = series[key]
             ax.plot(range(1, len(ys) + 1), [float("nan") if y is None else y for y in ys],
-                    ls="-" if i == 0 else "--", marker="." if i == 0 else "x", label=name)
+                    ls="-" if i == 0 else "--", marker="." if i == 0 else "x",
+                    label=mathtext_safe(name))
         if f["parted"]:
             ax.axvline(f["parted"], color="#c0392b", ls=":", label=f"parts at step {f['parted']}")
         if f.get("kept"):

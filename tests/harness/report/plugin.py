@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from tests.harness.observe.boundary import Refused, RunFolder
+from tests.harness.report.class_report import TIMELINE_CAP
+from tests.harness.report.escape import flat
 from tests.harness.report.grading import LIKELY, NOT_GRADED, graded_name, one_line, write_results
 from tests.harness.run import access, box, contain, nested, plan, stress
 from tests.harness.run.runner import SESSION_VAR, kill_pids, processes_with_token, session_prefix
@@ -94,7 +97,11 @@ class SuiteReport:
             return
         props = {k: str(v) for k, v in report.user_properties}
         status = "passed" if report.passed else ("skipped" if report.skipped else "failed")
-        reason = props.get("reason") or (one_line(_failure_text(report)) if failed else "")
+        # The output's first line and its "likely: " lines are read back (grading.py's
+        # per_invariant): a run's words in a reason or a hint (its exception text) stay on
+        # their one line, and a line of the detail never reads as a cause.
+        reason = flat(props["reason"]) if props.get("reason") else \
+            (one_line(_failure_text(report)) if failed else "")
         if failed and suite_error(report):  # the suite's own error: not graded, never the
             reason = (f"{NOT_GRADED}the suite failed, not the submission ("  # student's
                       f"{one_line(_failure_text(report), 200)}); the instructor regrades "
@@ -106,9 +113,10 @@ class SuiteReport:
         if "suite_error" in props:
             self.suite_errors.append(f"{report.nodeid}: {props['suite_error']}")
         if "hint" in props:
-            reason += "".join(f"\n{LIKELY}{h}" for h in json.loads(props["hint"]))
+            reason += "".join(f"\n{LIKELY}{flat(h)}" for h in json.loads(props["hint"]))
         if "detail" in props:
-            reason += f"\n{props['detail']}"
+            reason += "".join(f"\n  {ln}" if ln.startswith(LIKELY) else f"\n{ln}"
+                              for ln in props["detail"].splitlines())
         if report.skipped and isinstance(report.longrepr, tuple):
             reason = str(report.longrepr[2]).removeprefix("Skipped: ")
         prev = self.outcomes.get(report.nodeid)
@@ -232,19 +240,25 @@ def _failure_text(report: pytest.TestReport) -> str:
 
 def keep_timelines(folder: Path, outcomes: dict[str, dict[str, Any]]) -> None:
     """Copy the timelines that failed tests name next to the grade file (the runs' own
-    directories are temporary), and name them there, relative to the grade file."""
+    directories are temporary), and name them there, relative to the grade file: in the
+    output's line for students to read, and in the outcome's `kept_timelines`, the one
+    field grade_class copies from (grading.write_results writes it)."""
     import re
-    import shutil
 
     for o in outcomes.values():
         for run, src in (o.get("timelines") or {}).items():
-            if not Path(src).is_file():
+            try:  # the suite's own file, beside the run's folder: never through a link
+                data = RunFolder(Path(src).parent).read(Path(src).name, TIMELINE_CAP)
+            except Refused:
                 continue
-            name = re.sub(r"[^\w.-]+", "-", run)
+            # the run's name, in the characters class_report.TIMELINE_PATH accepts
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "-", run)
             dest = folder / f"{name}.json"  # once per run, whichever tests read it
             folder.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest)
-            o["output"] = o["output"].replace(src, f"{folder.name}/{dest.name}")
+            dest.write_bytes(data)
+            rel = f"{folder.name}/{dest.name}"
+            o["output"] = o["output"].replace(src, rel)
+            o.setdefault("kept_timelines", []).append(rel)
 
 
 def _kill_leftovers() -> list[int]:

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.harness.observe.boundary import replace_own
 from tests.harness.observe.traces import ITEMSIZE, Call, ProcessTrace
 from tests.harness.run.result import Run
 
@@ -93,54 +94,5 @@ def trace_events(run: Run) -> dict[str, Any]:
 def write_trace(run: Run, path: Path) -> Path:
     """Write the run's timeline to `path` (open it in ui.perfetto.dev or chrome://tracing)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(trace_events(run)))
+    replace_own(path, json.dumps(trace_events(run)).encode())  # the run may have left a link
     return path
-
-
-def draw(trace: Path, png: Path, title: str = "") -> Path:
-    """Draw a trace file (this format, anyone's) as one row of spans per rank: what the
-    viewers show, for a page that takes only images."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    events = json.loads(trace.read_text())["traceEvents"]
-    names = {e["pid"]: e["args"]["name"] for e in events
-             if e["ph"] == "M" and e["name"] == "process_name"}
-    rows = {pid: i for i, pid in enumerate(sorted(names, key=lambda p: names[p]))}
-    fig, ax = plt.subplots(figsize=(12, 0.6 * len(rows) + 1.6))
-    colours = {"all_to_all_single": "#2980b9", "all_reduce": "#27ae60", "broadcast": "#8e44ad"}
-    for e in events:
-        if e["pid"] not in rows:
-            continue
-        y = rows[e["pid"]]
-        if e["ph"] == "X":
-            colour = "#c0392b" if e.get("cname") == "terrible" else \
-                colours.get(e["name"].split("(")[0], "#7f8c8d")
-            ax.barh(y, max(e["dur"], 50) / 1e3, left=e["ts"] / 1e3, height=0.5, color=colour)
-        elif e["ph"] == "i":
-            ax.plot([e["ts"] / 1e3] * 2, [y + 0.3, y + 0.45], color="black", lw=0.6)
-    for e in events:
-        if e["ph"] == "i" and e.get("s") == "g":
-            ax.axvline(e["ts"] / 1e3, color="black", ls="--")
-            ax.text(e["ts"] / 1e3, -0.6, e["name"] + " ", ha="right", fontsize=8)
-    ax.set_yticks(list(rows.values()), [names[p] for p in rows])
-    ax.invert_yaxis()
-    ax.set_xlabel("ms (ticks under a row: backward calls; red: blocked)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in [*colours.values(), "#c0392b"]]
-    ax.legend(handles, [*colours, "blocked"], fontsize=7, loc="upper left",
-              bbox_to_anchor=(1.0, 1.0))
-    ax.set_title(title or trace.name, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
-    return png
-
-
-if __name__ == "__main__":
-    import sys
-
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: python -m tests.harness.run.timeline TRACE.json OUT.png")
-    print(draw(Path(sys.argv[1]), Path(sys.argv[2])))
