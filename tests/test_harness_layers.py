@@ -81,8 +81,9 @@ OWN_FILES = {
     "report/grading.py": "the instructor's grading.json",
     "report/roster.py": "the instructor's export of the class",
     "report/timeline_picture.py": "a timeline the suite wrote",
-    "report/plugin.py": "the timelines the suite wrote, without following a link",
     "run/access.py": "the access journal, root's",
+    "run/bounds.py": "the cgroups and /proc; the run's folder only by lstat (its sizes, never "
+                     "a byte of its files, never through a link)",
     "run/box.py": "/proc and the cgroups; the memory budget's own file",
     "run/bytecode.py": "the suite's own bytecode folder",
     "run/cgbox.py": "the cgroups",

@@ -395,12 +395,16 @@ def check_resume(base: Run, resumed: Run, from_step: int) -> list[Violation]:
 
 
 def check_clean_exit(run: Run) -> list[Violation]:
-    """Exit 0 within the bound, every rank logged the last step, nothing left running."""
+    """Exit 0 within the bound and the host's limits, every rank logged the last step,
+    nothing left running."""
     inv = "no_deadlock"
     out: list[Violation] = []
     o = run.outcome
     last = {r: max(run.parsed.records.get(r, {}) or [-1]) for r in range(run.world_size)}
-    if o.deadlock_s is not None:
+    if o.limit:  # a bound on the host (bounds.py) stopped it: its sentence, word for word
+        out.append(Violation(inv, None, None, "a run within the limits of the host",
+                             "still running at a limit", o.limit))
+    elif o.deadlock_s is not None:
         out.append(Violation(inv, None, None, "every rank to make progress",
                              f"deadlock: {o.blocked}",
                              f"every rank sat {o.deadlock_s:.1f}s in an unfinished collective; "

@@ -4,7 +4,8 @@ outlived it, and end (the kernel then ends every process left in the PID namespa
 `python -I -S nsinit.py --run DIR --report-fd FD -- ARGV...`, started by `unshare --pid --fork
 --mount-proc --net --mount` (tests/harness/run/contain.py). It brings the loopback interface up
 (gloo finds no interface without it), gives the run a private /tmp (an overlay over the old
-one, its writes kept in a tmpfs at DIR/tmp) and /dev/shm, and makes every other mount
+one, its writes kept in a tmpfs of bounded size at DIR/tmp) and /dev/shm (on that same
+tmpfs), and makes every other mount
 read-only, DIR excepted (/sys, /proc/sys and the cgroup files too). The program then starts
 without a privilege (tests/harness/run/privileges.py): as the run user where `--user` names
 it, with no capability and `no_new_privs`, so that it cannot undo any of this (remount,
@@ -38,6 +39,9 @@ KEPT = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 
         "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
 NOT_CONFINED = 125  # the exit code of a run whose sandbox failed: the submission never ran
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+# The run's /tmp and /dev/shm: one tmpfs of TMP_MB and TMP_INODES (bounds.py's defaults, which
+# a test holds equal: nsinit imports no dataclasses, ~15 ms a run), or $CAPSTONE_RUN_BOUNDS's
+BOUNDS_VAR, TMP_MB, TMP_INODES = "CAPSTONE_RUN_BOUNDS", 512, 20_000
 
 
 def _mount(libc: ctypes.CDLL, src: str | None, target: str, flags: int,
@@ -71,27 +75,43 @@ def hide(libc: ctypes.CDLL, hidden: list[str], shown: list[str]) -> None:
         os.close(fd)
 
 
-def confine(run: str, hidden: list[str] | None = None, shown: list[str] | None = None
-            ) -> None:
+def tmp_bounds(environ: dict[str, str]) -> tuple[int, int]:
+    """(MiB, inodes) of the tmpfs that holds the run's /tmp and /dev/shm: `environ`'s
+    $CAPSTONE_RUN_BOUNDS (its `tmp_mb` and `inodes`), else the defaults (ValueError: it is
+    not such an object)."""
+    given = json.loads(environ.get(BOUNDS_VAR) or "{}")
+    if not isinstance(given, dict):
+        raise ValueError(f"${BOUNDS_VAR} is not a JSON object")
+    return int(given.get("tmp_mb", TMP_MB)), int(given.get("inodes", TMP_INODES))
+
+
+def confine(run: str, hidden: list[str] | None = None, shown: list[str] | None = None,
+            tmp: tuple[int, int] = (TMP_MB, TMP_INODES)) -> None:
     """A private /tmp (an overlay: the old /tmp shows through, writes stay the run's) and
-    /dev/shm; `hidden` folders empty but for what of `shown` lies in them; `run` writable
-    where it is; every other path read-only."""
+    /dev/shm, both kept on one tmpfs of `tmp` (MiB, inodes): past it a write fails (ENOSPC),
+    and the runner, which reads the tmpfs's use through this process's root (bounds.py),
+    names the limit; `hidden` folders empty but for what of `shown` lies in them; `run`
+    writable where it is; every other path read-only."""
     libc = ctypes.CDLL(None, use_errno=True)
     keep = os.open(run, os.O_PATH)
     layer = os.path.join(run, "tmp")  # the overlay's upper layer, on a tmpfs of its own
     os.makedirs(layer, exist_ok=True)
-    _mount(libc, "tmpfs", layer, 0, "tmpfs", "size=2g,mode=0755")
-    for sub in ("upper", "work"):
+    _mount(libc, "tmpfs", layer, 0, "tmpfs", f"size={tmp[0]}m,nr_inodes={tmp[1]},mode=0755")
+    for sub in ("upper", "work", "shm"):
         os.makedirs(os.path.join(layer, sub))
-    os.chmod(os.path.join(layer, "upper"), 0o1777)  # /tmp's own mode, for the run user
+    for sub in ("upper", "shm"):
+        os.chmod(os.path.join(layer, sub), 0o1777)  # /tmp's own mode, for the run user
+    # held before the overlay hides the layer (a run's directory may lie in /tmp)
+    shm = os.open(os.path.join(layer, "shm"), os.O_PATH)
     _mount(libc, "overlay", "/tmp", 0, "overlay",
            f"lowerdir=/tmp,upperdir={layer}/upper,workdir={layer}/work")
     hide(libc, hidden or [], [*(shown or []), run])
     # the run's own directory, the real one (over the overlay when it lies in /tmp), as a
     # mount of its own: the read-only remount of / below does not reach it
     _mount(libc, f"/proc/self/fd/{keep}", run, MS_BIND)
-    if os.path.isdir("/dev/shm"):
-        _mount(libc, "tmpfs", "/dev/shm", 0, "tmpfs")
+    if os.path.isdir("/dev/shm"):  # the same tmpfs as /tmp's writes: one bound for both
+        _mount(libc, f"/proc/self/fd/{shm}", "/dev/shm", MS_BIND)
+    os.close(shm)
     _mount(libc, "/", "/", MS_BIND | MS_REC)
     _mount(libc, "/proc/sys", "/proc/sys", MS_BIND)  # a mount of its own, to be made read-only
     read_only(libc, writable=[run, "/tmp", "/dev/shm"])
@@ -175,8 +195,8 @@ def main() -> int:
     except OSError as e:
         report["network"] = f"loopback not up: {e}"
     try:
-        confine(args.run, args.hide, args.show)
-    except OSError as e:  # fail closed: never run the submission unconfined
+        confine(args.run, args.hide, args.show, tmp_bounds(dict(os.environ)))
+    except (OSError, ValueError) as e:  # fail closed: never run the submission unconfined
         return _not_confined(report, args.report_fd, f"not confined: {e}")
     ids = tuple(int(i) for i in args.user.split(":")) if args.user else None
     if ids is None and _host_root():

@@ -50,7 +50,7 @@ from tests.harness.observe.traces import (
     stacks,
     where_blocked,
 )
-from tests.harness.run import box, bytecode, contain, plan, stress, unsaid, unseen, warm
+from tests.harness.run import bounds, box, bytecode, contain, plan, stress, unsaid, unseen, warm
 from tests.harness.run.contain import GRACE_S  # by name: Watch's field `contain` hides the module
 from tests.harness.run.procfs import lingering, live_processes
 
@@ -93,6 +93,7 @@ class Outcome:
     first_error: str = ""  # the first exception (rank, error, line) or signal in its stderr
     crash_source: str = ""  # the submission's lines around the line that raised it
     plan_fired: bool = False  # the suite's fault plan answered a question (its fault fired)
+    limit: str = ""  # the bound on the host it reached, named (bounds.py): it was stopped then
 
     def save(self, path: Path) -> None:
         """Atomically, and never through a link a run may have planted at `path`."""
@@ -105,14 +106,16 @@ class Outcome:
     def ended_by_the_box(self) -> bool:
         """The run did not end well while the kernel OOM-killed something, or while the box
         starved it (`starved`): the box's doing (the run's own processes are capped by
-        --run-mem-mb and get MemoryError instead)."""
-        return self.returncode != 0 and (self.oom_kills > 0 or bool(self.starved()))
+        --run-mem-mb and get MemoryError instead). A run stopped at a bound of its own
+        (`limit`: its /tmp's tmpfs is memory) was not."""
+        return self.returncode != 0 and not self.limit and (self.oom_kills > 0
+                                                            or bool(self.starved()))
 
     def starved(self) -> str:
         """Why the box, not the program, failed this run (memory thrashing, or a CPU quota
         under which no rank reached its first collective), or "". A run that ended well
-        was not starved, however tight the box."""
-        if self.returncode == 0 and not self.timed_out:
+        was not starved, however tight the box, nor one stopped at a bound of its own."""
+        if (self.returncode == 0 and not self.timed_out) or self.limit:
             return ""
         return stress.starved(self.stress, self.wall_s, self.reached_collective,
                               self.timed_out)
@@ -123,6 +126,8 @@ class Outcome:
 
     def reason(self) -> str:
         """One line: how the run ended."""
+        if self.limit:  # the suite stopped it there: that is how it ended
+            return self.limit
         if self.deadlock_s is not None:
             return (f"deadlock: stopped after every rank sat {self.deadlock_s:.1f}s in an "
                     f"unfinished collective: {self.blocked}")
@@ -190,13 +195,26 @@ def _kill_all(pgid: int, token: str) -> None:
 def _limits(mem_bytes: int | None, file_bytes: int | None,
             user: tuple[int, int] | None = None) -> Callable[[], None]:
     """Each process of the run: at most `mem_bytes` of private memory (RLIMIT_DATA: what it
-    allocates, not the address space torch maps), files of at most `file_bytes`, first in
-    line for the OOM killer, and the run user under that containment."""
+    allocates, not the address space torch maps), files of at most `file_bytes`, the open
+    files and processes of the configured bounds (tests/harness/run/bounds.py: a pids cgroup
+    of the run's own where one can be made here, RLIMIT_NOFILE, RLIMIT_NPROC where the
+    program's uid is the run's alone), first in line for the OOM killer, and the run user
+    under that containment."""
+    limits = bounds.configured()
+    cage = bounds.pids_cgroup(limits.processes)  # made here: the child only joins it
+    # As root the program runs as a uid of the run's own (the run user; nsinit's capstone-ns,
+    # which the runs at once share) or as root, whom RLIMIT_NPROC does not bind; as any other
+    # user it runs as the grader's own uid, whose every process NPROC would count
+    nproc = bounds.rlimits(limits, own_uid=os.geteuid() == 0, shared=user is None)
+
     def apply() -> None:
         if mem_bytes:
             resource.setrlimit(resource.RLIMIT_DATA, (mem_bytes, mem_bytes))
         if file_bytes:
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+        bounds.apply_rlimits(nproc)
+        if cage is not None:
+            bounds.join(cage)  # before the program's first fork, while still root
         with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
         if user is not None:
@@ -493,6 +511,7 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         # Each poll reads only what the run's processes wrote since the last one
         reader = ObservationReader(observe_dir) if observe_dir is not None else None
         started = False  # a rank was seen in a collective: its model and state are built
+        limit = ""  # the bound on the host the run reached (bounds.py), named
         while proc.poll() is None:
             now = time.monotonic()
             obs = reader.read() if reader is not None else None
@@ -501,6 +520,12 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                 # ends in ~0.4 s) is still measured once it holds what it trains with
                 started, next_sample = True, now
             if now >= next_sample:  # reading PSS walks the processes' page tables: not often
+                # Before the memory: a fork bomb's thousand processes make that walk slow
+                limit = limit or bounds.reached(out.parent, proc.pid,
+                                                user[0] if user else None,
+                                                mode == contain.NAMESPACES)
+                if limit:
+                    deadline = now  # stopped as at the bound, the limit named
                 peak = max(peak, held_mb(proc.pid, wrappers, user[0] if user else None,
                                          mode == contain.NAMESPACES, watch.exact_above_mb))
                 next_sample = now + MEMORY_SAMPLE_S
@@ -572,5 +597,5 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                    reached_collective=reached,
                    first_error=crashed.said,
                    crash_source=crashed.around(Path(cwd or os.getcwd()).resolve()),
-                   plan_fired=plans is not None and plans.fired)
+                   plan_fired=plans is not None and plans.fired, limit=limit)
 
