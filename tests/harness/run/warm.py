@@ -51,7 +51,8 @@ CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID = 0x00020000, 0x40000000, 0x20000000
 # Joined in this order; every descriptor is opened first (after the mount namespace,
 # /proc is the run's and the client's pid means nothing there).
 NAMESPACES = (("net", CLONE_NEWNET), ("mnt", CLONE_NEWNS), ("pid", CLONE_NEWPID))
-LIMITS = ("RLIMIT_DATA", "RLIMIT_FSIZE")
+# (the bounds.py ones too: a warm program keeps the open files and processes of a cold one)
+LIMITS = ("RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC")
 START_S = 60.0  # how long the server may take to import torch and listen
 
 
