@@ -279,10 +279,16 @@ def unfinished(runs: list[Run], invariant: str) -> Run | None:
 
 def _not_checked(record: Callable[[str, object], None], what: str, stopped: Run) -> None:
     """Fail a check as a consequence of `stopped`, a run it needed that did not finish: one
-    line, the cause told where that run's ending is checked."""
-    see = "; see no_deadlock" if stopped.name in ENDINGS_CHECKED else ""
-    line = (f"{NOT_CHECKED}the {stopped.name} run did not finish "
-            f"({stopped.outcome.reason()[:300]}){see}")
+    line, the cause named briefly and told where that run's ending is checked."""
+    o, cause = stopped.outcome, stopped.outcome.reason()[:300]
+    see = ""
+    if stopped.name in ENDINGS_CHECKED:  # no_deadlock tells it whole: named, not repeated
+        see = "; see no_deadlock"
+        if o.deadlock_s is not None and not o.limit:
+            cause = "deadlock"
+        elif o.blocked:  # the bound: where each rank was blocked is no_deadlock's to say
+            cause = o.reason().replace(f"; {o.blocked}", "")[:300]
+    line = f"{NOT_CHECKED}the {stopped.name} run did not finish ({cause}){see}"
     record("first_violation", line)
     record("reason", f"{what}: {line}")
     pytest.fail(f"{what}: {line}", pytrace=False)

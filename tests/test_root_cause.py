@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.platforms.session import Grading, grade
+from tests.harness.report.grading import NOT_CHECKED
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.long, pytest.mark.slow]
@@ -62,6 +63,26 @@ def test_a_deadlock_is_told_once_and_what_it_broke_in_one_line_each(tmp_path, re
             assert "\n" not in out, (name, out)
     text = "\n".join(failed.values())
     assert "of the gradient is reduced" not in text and "guard never fired" not in text
+    # Told once (issue 73, point 6): where each rank sat, a long line, is in the results file
+    # only in the failure of the ending that no_deadlock checks (and the cause's own line at
+    # the top); every consequence names it "deadlock" and points there.
+    results = json.loads((tmp_path / "results.json").read_text())
+    said = {t["name"].split("/")[-1]: str(t["output"]) for t in results["tests"]}
+    blocked: dict[str, str] = {}
+    for run in ("base", "single"):  # both deadlock in step 5, each blocked its own way
+        own = next(n for n in said if "no_deadlock" in n and f"[{run}]" in n)
+        blocked[run] = said[own].split("found deadlock: ", 1)[1].split(" (every rank sat")[0]
+        assert "blocked in recv(src=1) at sub/main.py:" in blocked[run], said[own]
+        assert [n for n, o in said.items() if blocked[run] in o] == [own], (run, blocked)
+    assert results["output"].count(blocked["base"]) == 1, results["output"]  # the cause, once
+    briefly = 0
+    for name, out in said.items():
+        for run in ("base", "single", "resumed"):  # the runs no_deadlock checks the ends of
+            if f"the {run} run did not finish" in out:
+                briefly += 1
+                assert out.endswith(f"{NOT_CHECKED}the {run} run did not finish (deadlock); "
+                                    "see no_deadlock"), (name, out)
+    assert briefly >= 8, said  # the consequences of the base and single runs' deadlocks
 
 
 @pytest.mark.grades  # a grading session whose ranks start torch each (seconds): graders' tier

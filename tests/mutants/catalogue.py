@@ -37,6 +37,7 @@ from tests.mutants.failures import (
     guard_reads_flag,
     loss_only_guard,
     no_guard,
+    rank0_guard,
     stale_checkpoint,
     step_count_not_restored,
     unmatched_recv,
@@ -93,6 +94,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in [
     Mutant("loss_only_guard", ("rollback",), loss_only_guard, hint="not only its loss"),
     Mutant("guard_reads_flag", ("rollback",), guard_reads_flag,
            hint="the guard read the --inject flag, not the numbers"),
+    # the flag's NaN is rank 0's: caught on the suite's own NaN, never on rank 0
+    Mutant("rank0_guard", ("rollback",), rank0_guard, hint="the guard fired too late"),
     # a rank killed from outside, mid-step or mid-write (the suite's nemesis)
     Mutant("checkpoint_in_place", ("rank_killed",), checkpoint_in_place,
            hint="write each checkpoint under a temporary name"),

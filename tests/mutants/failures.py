@@ -67,6 +67,33 @@ def loss_only_guard() -> None:
         lambda self, step, loss, grad_norm: real(self, step, loss, None))
 
 
+def rank0_guard() -> None:
+    """The guard decides on rank 0's own gradient: before the reduction rank 0 checks its
+    local gradients for a non-finite value and broadcasts its verdict; every rank follows
+    it, and checks the loss as before. The flag's NaN is rank 0's, so it is caught in time; a NaN in
+    another rank's gradients is reduced into everyone's update, which is kept, and the
+    guard fires a step later, on the NaN that update made of rank 0's next gradient."""
+    real_reduce = zero.ZeroOneAdam.reduce_gradients
+    rank0: dict[str, bool] = {"finite": True}  # rank 0's word on the step being reduced
+
+    def reduce_gradients(self: zero.ZeroOneAdam, local_loss: torch.Tensor
+                         ) -> tuple[float, float]:
+        word = torch.tensor([float(torch.isfinite(self._flat_grads()).all())])
+        if self.size > 1:  # every rank of the group calls it: its rank 0's word for all
+            dist.broadcast(word, group=self.group, group_src=0)
+        rank0["finite"] = bool(word.item())
+        return real_reduce(self, local_loss)
+    zero.ZeroOneAdam.reduce_gradients = reduce_gradients  # type: ignore[method-assign]
+    real = guard.DivergenceGuard.verdict
+
+    def verdict(self: guard.DivergenceGuard, step: int, loss: float,
+                grad_norm: float | None) -> str | None:
+        if grad_norm is not None and not rank0["finite"]:  # the step's own verdict
+            return "nan"
+        return real(self, step, loss, None)  # the loss alone, never the global norm
+    guard.DivergenceGuard.verdict = verdict  # type: ignore[method-assign]
+
+
 def guard_reads_flag() -> None:
     """The guard reads --inject instead of the numbers: it applies no NaN and no spike, logs
     a rollback at the announced step (nan@S at S, spike@S at S+1), restores the checkpoint

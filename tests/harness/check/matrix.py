@@ -31,6 +31,7 @@ from tests.harness.check.exercise_checks import (
 from tests.harness.check.fault_checks import (
     check_fault_took_effect,
     check_killed,
+    check_nemesis,
     check_resumed_after_kill,
 )
 from tests.harness.check.observed_checks import (
@@ -66,6 +67,7 @@ from tests.harness.run.runs import (
     fault_step,
     faulted,
     nemesis_kill,
+    nemesis_nan,
     nemesis_of,
     resumed_after,
     tp_faulted,
@@ -92,9 +94,15 @@ ROLLBACK_PROBE = rollback_probe(0)
 
 
 def _rollback(run: Getter, seed: int) -> list[Violation]:
+    """The graded rollback module's NaNs: the flag's (on rank 0) and the suite's own, with no
+    flag, on another rank (a guard that judged rank 0's gradient alone passes the first)."""
     probe = rollback_probe(seed)
     late = run(faulted(*probe))
-    return check_rollback(run(BASE), late, *probe) + check_fault_took_effect(late, *probe)
+    own = nemesis_nan(seed)
+    _, step, rank = nemesis_of(own) or ("nan", 0, 1)
+    return (check_rollback(run(BASE), late, *probe) + check_fault_took_effect(late, *probe)
+            + check_nemesis(run(own), step, rank)
+            + check_rollback(run(BASE), run(own), "nan", step))
 
 
 def _accumulation(run: Getter) -> list[Violation]:

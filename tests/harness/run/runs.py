@@ -133,10 +133,12 @@ FAULT_STEPS = range(12, 20)
 def nemesis_nan(seed: int, world_size: int = BASE.world_size) -> RunSpec:
     """The run in which the suite itself makes one rank's gradients of one step NaN, with no
     flag: step and rank drawn from the session's seed (step 13 on rank 2 under seed 0),
-    after the first checkpoint and never at step 11."""
-    step, rank = (13, 2) if not seed else (
+    after the first checkpoint and never at step 11. Never rank 0: the flag's NaN is rank
+    0's (the contract), so a guard that judged rank 0's own gradient alone would pass both
+    wherever this one fell there too."""
+    step, rank = (13, min(2, world_size - 1)) if not seed else (  # 2 ranks: rank 1 alone
         random.Random(f"{seed}:nemesis").choice(FAULT_STEPS),
-        random.Random(f"{seed}:nemesis-rank").randrange(world_size))
+        random.Random(f"{seed}:nemesis-rank").randrange(1, world_size))
     return RunSpec(f"nemesis-nan{step}-rank{rank}", nemesis=f"nan@{step}:{rank}")
 
 
