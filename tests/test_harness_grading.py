@@ -118,7 +118,8 @@ def test_the_cause_is_told_once_first_and_the_class_is_grouped_by_it(tmp_path):
         tests.append({"name": f"tests/test_invariant_{name}.py::t", "score": 0.0,
                       "max_score": 10.0, "status": "failed",
                       "output": f"{name} of the base run: {NOT_CHECKED}the base run did not "
-                                "finish (deadlock); see no_deadlock"})
+                                "finish (deadlock); see no_deadlock",
+                      "extra_data": {"not_checked": True}})
     deadlocked = {"score": 0.0, "output": "", "tests": tests}
     assert root_causes(deadlocked) == [cause]
     page = feedback("ada", deadlocked)
@@ -136,7 +137,8 @@ def test_the_cause_is_told_once_first_and_the_class_is_grouped_by_it(tmp_path):
 def _deadlocked_outcomes(collected: dict[str, str]) -> dict[str, dict[str, Any]]:
     """A submission that deadlocks on purpose in its base run: no_deadlock fails, every
     other check is "not checked" (conftest.holds' words)."""
-    outcomes = {n: {"status": "failed", "output": "a check: not checked: the base run did not "
+    outcomes = {n: {"status": "failed", "not_checked": True,
+                    "output": "a check: not checked: the base run did not "
                     "finish (deadlock: ...); see no_deadlock"} for n in collected}
     outcomes["tests/test_invariant_no_deadlock.py::t"] = {
         "status": "failed", "output": "no_deadlock: 1 violation(s)"}
@@ -320,3 +322,21 @@ def test_no_output_holds_xdists_worker_header():
     report = _failed_report("a.py::t", RuntimeError("x"))
     report.longrepr = "[gw1] linux -- Python 3.11.7 /venv/bin/python\nthe real words"
     assert _failure_text(report) == "the real words"
+
+
+def test_a_runs_words_cannot_make_a_failed_check_read_as_not_checked(tmp_path, monkeypatch):
+    """Issue 72: a check is "not checked" by the suite's own mark (the consequence line's
+    `not_checked`), never by its output's words, which hold a run's text: a violation whose
+    found value reads "x: not checked: y" earns no not-checked credit."""
+    from tests.harness.report.grading import NOT_CHECKED
+
+    collected = {f"tests/test_invariant_{m}.py::t": m for m in INVARIANTS}
+    forged = {n: {"status": "failed", "output": f"rank 0 step 3: expected 1, found 'x: "
+                  f"{NOT_CHECKED}y'"} for n in collected}
+    config = tmp_path / "grading.json"
+    config.write_text(json.dumps({"not_checked_credit": 0.5}))
+    monkeypatch.setenv(CONFIG_VAR, str(config))
+    results = write_results(tmp_path / "r.json", collected, forged, 1.0)
+    marked = write_results(tmp_path / "m.json", collected, _deadlocked_outcomes(collected), 1.0)
+    assert results["score"] == 0.0 and "were not checked" not in results["output"]
+    assert marked["score"] > 0.0  # the suite's own mark still earns the course's share

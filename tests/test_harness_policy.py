@@ -38,7 +38,7 @@ OUTCOMES = ("passed", "failed", "not_checked", "skipped")
 def _outcome(kind: str) -> dict[str, str]:
     return {"passed": {"status": "passed", "output": ""},
             "failed": {"status": "failed", "output": "a check: 1 violation(s)"},
-            "not_checked": {"status": "failed",
+            "not_checked": {"status": "failed", "not_checked": True,
                             "output": f"a check: {NOT_CHECKED}the base run did not finish"},
             "skipped": {"status": "skipped", "output": "the observer is off"}}[kind]
 

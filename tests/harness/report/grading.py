@@ -187,9 +187,10 @@ def write_results(path: Path, collected: dict[str, str], outcomes: dict[str, dic
         test = {"name": nodeid, "score": 0.0, "max_score": points(caps[name].pop(0))}
         if nodeid not in not_graded:  # no status: neither passed nor failed
             test["status"] = "passed" if res["status"] == "passed" else "failed"
+        if res.get("not_checked"):  # the suite's own mark: its run did not get there
+            test["extra_data"] = {"not_checked": True}
         tests.append({**test, "output": res.get("output", ""), "visibility": visibility[name]})
-    unchecked = sum(t.get("status") == "failed" and is_not_checked(str(t["output"]))
-                    for t in tests)
+    unchecked = sum(t.get("status") == "failed" and is_not_checked(t) for t in tests)
     banner = ""
     if not_graded:
         first = str(outcomes[min(not_graded)]["output"]).removeprefix(NOT_GRADED)
@@ -257,7 +258,7 @@ def per_invariant(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             row["not_graded"] = row["not_graded"] or str(t["output"]).removeprefix(NOT_GRADED)
         elif t.get("status") != "passed":
             lines = str(t.get("output", "")).splitlines()
-            unchecked = bool(lines) and is_not_checked(lines[0])  # the cause is elsewhere
+            unchecked = is_not_checked(t)  # the cause is elsewhere
             if row["passed"] or (row["consequence"] and not unchecked):
                 row["first"] = lines[0] if lines else ""  # a finding before a consequence
             row["consequence"] = row["consequence"] and unchecked

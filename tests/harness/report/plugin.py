@@ -122,6 +122,8 @@ class SuiteReport:
         prev = self.outcomes.get(report.nodeid)
         if prev is None or prev["status"] == "passed":  # a failing teardown still fails it
             self.outcomes[report.nodeid] = {"status": status, "output": reason}
+            if "not_checked" in props:  # a consequence: the mark the policy reads
+                self.outcomes[report.nodeid]["not_checked"] = True
             for key in ("timelines", "picture"):
                 if key in props:
                     self.outcomes[report.nodeid][key] = json.loads(props[key])

@@ -41,11 +41,13 @@ def module_of(nodeid: str) -> str | None:
     return m["name"] if m else None
 
 
-def is_not_checked(output: str) -> bool:
-    """Whether a test's output says its run did not get there (conftest.holds writes
-    "WHAT: not checked: ...")."""
-    first = output.split("\n", 1)[0]
-    return first.startswith(NOT_CHECKED) or f": {NOT_CHECKED}" in first
+def is_not_checked(test: dict[str, Any]) -> bool:
+    """Whether a test of a grade file did not get there, its run having stopped before
+    (conftest's consequence lines): the grade file's own mark (`extra_data.not_checked`),
+    never its output's words, which hold a run's text (a violation's found value could read
+    "x: not checked: y" and earn the course's not-checked credit)."""
+    extra = test.get("extra_data")
+    return isinstance(extra, dict) and extra.get("not_checked") is True
 
 
 def checked(policy: Any, where: str = "the grading config") -> str:
@@ -69,7 +71,7 @@ def _share(test: dict[str, Any], credit: float) -> float:
     (failed, or not graded by the machine: no status)."""
     if test.get("status") == "passed":
         return 1.0
-    if test.get("status") == "failed" and is_not_checked(str(test.get("output", ""))):
+    if test.get("status") == "failed" and is_not_checked(test):
         return credit
     return 0.0
 
