@@ -35,12 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 OUTCOMES = ("passed", "failed", "not_checked", "skipped")
 
 
-def _outcome(kind: str) -> dict[str, str]:
-    return {"passed": {"status": "passed", "output": ""},
-            "failed": {"status": "failed", "output": "a check: 1 violation(s)"},
-            "not_checked": {"status": "failed", "not_checked": True,
-                            "output": f"a check: {NOT_CHECKED}the base run did not finish"},
-            "skipped": {"status": "skipped", "output": "the observer is off"}}[kind]
+def _outcome(kind: str) -> dict[str, Any]:
+    outcomes: dict[str, dict[str, Any]] = {
+        "passed": {"status": "passed", "output": ""},
+        "failed": {"status": "failed", "output": "a check: 1 violation(s)"},
+        "not_checked": {"status": "failed", "not_checked": True,
+                        "output": f"a check: {NOT_CHECKED}the base run did not finish"},
+        "skipped": {"status": "skipped", "output": "the observer is off"}}
+    return outcomes[kind]
 
 
 gradings = st.dictionaries(st.sampled_from(INVARIANTS),

@@ -156,4 +156,4 @@ def test_a_manifest_names_only_a_plain_file_beside_it(tmp_path, name):
     data, why = shards.read(ck, name)
     assert data is None and why, why
     data, why = shards.read(ck, "rank-0.pt")
-    assert why is None and shards.load(data)[0] is not None
+    assert why is None and data is not None and shards.load(data)[0] is not None
