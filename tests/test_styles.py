@@ -33,11 +33,14 @@ STYLES = Path(__file__).resolve().parent / "styles"
 CORPUS = ("flat_parameter", "optimizer_class", "process_spawn", "subprocess_ranks",
           "torchrun_ranks", "ddp_hook", "dtensor_heads", "exchange_heads", "frozen_state",
           # the collectives through another API than torch.distributed's functions
-          "pg_methods", "functional", "dtensor_zero")
-# The lesson's exercises each program does (every one accumulates; ddp_hook rejects
-# --tensor-parallel: DDP over a data-parallel group beside head parallelism is not written)
+          "pg_methods", "functional", "dtensor_zero",
+          # the gradients from a torch.func transform, no .backward()
+          "func_grads")
+# The lesson's exercises each program does (every one accumulates; ddp_hook and func_grads
+# reject --tensor-parallel: DDP over a data-parallel group beside head parallelism is not
+# written, nor heads under a transform)
 EXERCISES_DONE = {name: ("accumulation", "tensor_parallel") for name in CORPUS} | {
-    "ddp_hook": ("accumulation",)}
+    "ddp_hook": ("accumulation",), "func_grads": ("accumulation",)}
 pytestmark = pytest.mark.fault
 
 

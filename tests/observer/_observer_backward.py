@@ -2,7 +2,8 @@
 tests/observer/sitecustomize.py): the tokens its forward consumed, the elements it
 differentiates (the model's P however the program holds its parameters), checksums of the
 rows and columns of the first backward's leaves, its loss and whether its gradients are
-finite. It reads tensors and never writes one.
+finite. It reads tensors and never writes one; inside a `torch.func` transform, outside the
+transforms' dispatch, each tensor through the one that holds its bytes (`_observer_func`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from _observer_calls import crc, finite, raw, tensors_in
+from _observer_func import plain, untransformed
 
 # Autograd nodes that save the integer indices a forward consumed (the tokens), and the
 # fields they save them in.
@@ -24,6 +26,7 @@ def local(t: Any) -> Any:
     return shard if shard is not None else t
 
 
+@untransformed
 def slices(leaves: list[Any]) -> list[dict[str, Any]]:
     """Of the 2-D floating leaves a process's first backward differentiates (a DTensor's
     local shard): shape and a checksum of each row and each column. Another run's leaves
@@ -35,7 +38,7 @@ def slices(leaves: list[Any]) -> list[dict[str, Any]]:
 
     out = []
     for leaf in leaves:
-        t = local(leaf)
+        t = plain(local(leaf))
         if t.dim() != 2 or not t.is_floating_point() or t.numel() > 1 << 20:
             continue
         # Each row's bytes as `crc` of the row would read them; the columns from one
@@ -74,6 +77,7 @@ def nodes(roots: Any) -> Any:
         stack += [nxt for nxt, _ in fn.next_functions]
 
 
+@untransformed
 def work(roots: Any, inputs: Any = None, first: bool = False,
          reached: dict[int, Any] | None = None) -> dict[str, Any]:
     """The tokens this backward's forward consumed: the largest integer index tensor in its
@@ -100,7 +104,8 @@ def work(roots: Any, inputs: Any = None, first: bool = False,
                     reached[id(leaf)] = leaf
         if indexes:
             for field in INDEX_FIELDS:
-                for idx in tensors_in(getattr(fn, field, None)):
+                for saved in tensors_in(getattr(fn, field, None)):
+                    idx = plain(saved)  # under vmap: every row of the batch, as one tensor
                     if idx.is_floating_point() or idx.numel() < tokens:
                         continue
                     if idx.numel() > tokens or idx.dim() > 1:
@@ -111,6 +116,7 @@ def work(roots: Any, inputs: Any = None, first: bool = False,
             **({"leaves": slices(list(held.values()))} if held else {})}
 
 
+@untransformed
 def reached_leaves(roots: Any, inputs: Any = None) -> dict[int, Any]:
     """id -> leaf of what a backward differentiates: `inputs` where given, else the leaves
     its graph reaches (AccumulateGrad nodes)."""
@@ -187,24 +193,27 @@ class NestedLeaves:
         return (after if after > before else None), shown
 
 
+@untransformed
 def loss(root: Any) -> dict[str, float]:
     """The value a backward starts from, where it is one number (the loss)."""
     import torch
 
     if isinstance(root, (list, tuple)) and len(root) == 1:
         root = root[0]
+    root = plain(root)  # under vmap, a batch of values: no one loss
     if isinstance(root, torch.Tensor) and root.numel() == 1 and root.is_floating_point():
         return {"loss": float(root.detach())}
     return {}
 
 
+@untransformed
 def finite_grads(result: Any, reached: dict[int, Any] | None = None) -> bool:
     """After a backward: are the gradients finite? `autograd.grad` returns them; for
     `.backward()` they are the `.grad` of the leaves the pass reached (`work`'s `reached`:
     the only tensors it writes a gradient into), else of every parameter Python can reach
     (a NaN in any is enough). The walk of every object costs ~20-50 ms a pass with torch
     loaded: it is the fallback, for a pass whose graph could not be read."""
-    grads = [t for t in tensors_in(result) if t.is_floating_point()]
+    grads = [plain(t) for t in tensors_in(result) if t.is_floating_point()]
     if not grads and reached:
         grads = [local(g) for leaf in reached.values()  # a DTensor's shard: no collective
                  if (g := getattr(leaf, "grad", None)) is not None]

@@ -15,7 +15,8 @@ What it records, and from where:
 - `fr`: torch's own Flight Recorder at exit and at `destroy_process_group` (the only record
   of collectives that no Python function issues, such as DDP's gradient all-reduce);
 - `bw`: each backward pass, `torch.autograd.backward` or `torch.autograd.grad` (one per
-  micro-batch: the training steps' clock),
+  micro-batch: the training steps' clock; one per call of a `torch.func` transform's
+  function, `_observer_func.py`),
   with the work it is the backward of: the tokens that entered the model and the targets
   its loss covers, read from the autograd graph (the index tensors of embedding lookups,
   the loss's target), whatever modules or functions built it;
@@ -62,6 +63,7 @@ _OPS = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tens
 _calls: Any = None
 _backward: Any = None
 _crash: Any = None
+_func: Any = None
 _FR_KEYS = ("profiling_name", "input_sizes", "output_sizes", "input_dtypes",
             "collective_seq_id", "pg_id", "is_p2p", "time_created_ns", "state")
 
@@ -398,6 +400,8 @@ class _Observer:
             if getattr(self.local, "in_backward", False):  # one inside another (torch's own,
                 self._nested(name, roots, args, kwargs)    # e.g. a reentrant checkpoint):
                 return fn(*args, **kwargs)                 # part of the step's pass
+            if _func.passes_through():  # a torch.func transform's, counted once
+                return fn(*args, **kwargs)
             self.backwards += 1
             # A training step's first backward: the first, or one after a collective (the
             # micro-batches of one step run their backwards with none in between).
@@ -653,6 +657,7 @@ class _Hook:
 
         self.targets = {"torch.distributed.distributed_c10d": observer.patch_c10d,
                         "torch.autograd": observer.patch_autograd,
+                        "torch._functorch.eager_transforms": _func.patch,
                         "torch.multiprocessing.spawn": functools.partial(
                             _crash.patch_spawn, observer),
                         "multiprocessing.process": functools.partial(
@@ -685,10 +690,11 @@ class _Hook:
 def _install(directory: str) -> _Observer:
     import atexit
 
-    global _backward, _calls, _crash
+    global _backward, _calls, _crash, _func
     import _observer_backward as _backward  # beside this file: Python found it on sys.path
     import _observer_calls as _calls
     import _observer_crash as _crash
+    import _observer_func as _func
 
     observer = _Observer(directory)
     sys.meta_path.insert(0, _Hook(observer))

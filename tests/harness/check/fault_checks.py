@@ -119,8 +119,9 @@ def _numbers_seen_after(p: ProcessTrace, kind: str, step: int) -> bool:
 def fault_unseen(run: Run, kind: str, step: int) -> str | None:
     """Why the suite cannot tell whether the announced `kind@step` fault happened in the
     ranks' numbers (it saw none of the numbers it would show in), or None where it saw them.
-    A program whose reductions torch's Python functions do not make (ProcessGroup methods,
-    functional collectives) is then not graded on it, never told it read the flag."""
+    A program whose numbers the observer does not see (gradients computed without autograd's
+    backward, a loss that is no one number, collectives off the CPU) is then not graded on
+    it, never told it read the flag."""
     obs = run.observed
     if obs is None:
         return None
@@ -132,12 +133,18 @@ def fault_unseen(run: Run, kind: str, step: int) -> str | None:
     what = ("no rank's collective carrying data after its backward pass of that step"
             if kind == "nan" else "no rank's loss of that step")
     return (f"the suite could not see whether the {kind}@{step} fault reached the ranks' "
-            f"numbers: it observed {what} (its step clock reached step {reached}; "
-            f"{python} collective call(s) seen through torch.distributed's functions in all). "
-            "The observer sees collectives made by torch.distributed's functions; calls "
-            "made another way (ProcessGroup methods, functional collectives) are not seen "
-            "yet. The instructor reviews this run by hand (its timeline) or regrades once "
-            "the observer sees them")
+            f"numbers: it observed {what} (the last step whose loss it read at a backward "
+            f"pass: {reached}; {python} collective call(s) recorded in all). The observer's "
+            "step clock moves at every backward pass autograd runs (`.backward()`, "
+            "`torch.autograd.grad`, torch.func's grad, grad_and_value, vjp and jacrev, "
+            "compiled autograd) and it records every collective made on the CPU, whatever "
+            "API makes it; what is not seen yet: gradients computed without autograd's "
+            "backward (written by hand, forward-mode jvp or jacfwd, a C++ extension that "
+            "computes them itself), a loss that is no one number at its backward (per-row "
+            "losses under vmap, `.backward()` of a vector), collectives under "
+            "torch.inference_mode() or on a device other than the CPU, and ranks in a "
+            "process that does not load the observer. The instructor reviews this run by "
+            "hand (its timeline) or regrades once the observer sees them")
 
 
 def check_fault_took_effect(run: Run, kind: str, step: int) -> list[Violation]:
