@@ -329,7 +329,9 @@ def programs_folders(argv: list[str]) -> list[Path]:
     found = []
     for arg in argv[:2]:
         path = Path(arg)
-        if "/" in arg and path.is_file():
+        # a program file reached through a link (a submission's `src/main.py` pointing into
+        # a classmate's folder) names no folder: it would be shown to the run, and opened
+        if "/" in arg and path.is_file() and os.path.realpath(arg) == os.path.abspath(arg):
             folder = path.resolve().parent
             if not any(folder == p or folder.is_relative_to(p) for p in python):
                 found.append(folder)

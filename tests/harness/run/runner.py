@@ -531,8 +531,8 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
                 next_sample = now + MEMORY_SAMPLE_S
             stuck = deadlocked(obs, time.time_ns(), watch.hang_after_s) \
                 if obs is not None and watch.hang_after_s > 0 else None
-            if obs is not None and watch.nemesis.startswith("kill") and \
-                    _outlived_kill(obs, watch.after_kill_s):
+            if obs is not None and watch.nemesis.startswith("kill") and plans is not None \
+                    and plans.fired and _outlived_kill(obs, watch.after_kill_s):
                 deadline = now  # a run that outlives its killed rank is not waited for
             if stuck is not None or now >= deadline:
                 if obs is not None and observe_dir is not None:
@@ -583,8 +583,12 @@ def _run(argv: Sequence[str], out: Path, timeout_s: float, cwd: Path | None,
         with contextlib.suppress(ValueError, TypeError, KeyError):
             sandbox = json.loads(said)  # nsinit's own words, from the suite's own file
             survivors += [s["pid"] for s in sandbox.get("survivors", [])]
+    # A nemesis record is the run's to write too (a trace file is its process's): a kill is
+    # the suite's only where its plan answered
+    fired = plans is not None and plans.fired
     killed = next((p.nemesis for p in seen.processes if p.nemesis and str(
-        p.nemesis.get("kind", "")).startswith("kill")), None) if seen is not None else None
+        p.nemesis.get("kind", "")).startswith("kill")), None) \
+        if seen is not None and fired else None
     crashed = crash.first_exception_of(
         stderr_head, [p.raised for p in seen.processes if p.raised] if seen is not None
         else None, killed) if proc.returncode != 0 else crash.Crash()

@@ -189,6 +189,20 @@ def resumed_after(killed: RunSpec) -> RunSpec:
     return RunSpec(f"{killed.name}-resumed", resume_from=(killed, 10))
 
 
+def linked_checkpoint(checkpoint: Path) -> str:
+    """Why the suite does not start a resume from `checkpoint` (a run's
+    out/checkpoints/step-N), or "": where it, or a folder on the way to it beneath the run's
+    folder, is a link the run made (to a classmate's folder, say), the resumed run would be
+    handed that folder."""
+    folder = RunFolder(checkpoint.parents[2])
+    kind = folder.kind(checkpoint.relative_to(folder.root))
+    if kind in ("dir", "missing"):
+        return ""  # (a missing one: the resume itself says so, as the contract asks)
+    return (f"the suite did not start this resume: the checkpoint it resumes from, "
+            f"{checkpoint.relative_to(folder.root)}, is a {kind} in the run's folder: write "
+            "your checkpoints, do not link them")
+
+
 def resumable(source: Outcome, out: Path, step: int) -> bool:
     """A resume from `step` of the run that ended so, in `out`, can succeed: the run finished
     or wrote that checkpoint. (One that cannot would fail as that run's consequence.)"""
@@ -396,8 +410,14 @@ class RunCache:
             base_spec, step = spec.resume_from
             resume_dir = self._get(impl, base_spec, False).checkpoint(step)
         argv = [*impl, "--out", str(d / "out"), *spec.flags(resume_dir)]
-        outcome = self._attempt(impl, argv, d, nemesis=spec.nemesis,
-                                after_kill_s=after_kill, memory=spec.measure_memory)
+        refused = linked_checkpoint(resume_dir) if resume_dir is not None else ""
+        if refused:  # the suite hands a resume its own folder, never a link a run made
+            outcome = Outcome(argv, str(d / "out"), 2, False, 0.0, "", refused,
+                              containment=contain.mode() if self.watch.contain
+                              else contain.MARKER_SCAN, first_error=refused)
+        else:
+            outcome = self._attempt(impl, argv, d, nemesis=spec.nemesis,
+                                    after_kill_s=after_kill, memory=spec.measure_memory)
         if outcome.ended_by_the_box():
             spoiled = outcome
             outcome = self._attempt(impl, argv, d, alone=True, nemesis=spec.nemesis,
