@@ -442,3 +442,83 @@ def test_a_spawn_style_submission_is_never_charged_in_gradescopes_box(autograder
         assert results["output"].startswith("SCORE INCOMPLETE"), results["output"][:300]
     else:
         assert results["score"] == 100
+
+
+@pytest.mark.box
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("no_unshare", [False, True], ids=["namespaces", "unshare-refused"])
+def test_a_hostile_submission_in_gradescopes_box_leaks_nothing_and_harms_nobody(
+        autograder_zip, outside_pytest_tmp, no_unshare):
+    """Issue 72 through the Gradescope autograder, in its default box (768 MB, half a CPU):
+    tests/hostile/left_class's runs try every leftover vector (links for the grader to read
+    and write through, a traceback naming a root-only file and the suite's own runner.py, a
+    forged pid and records, FIFO-free markup, manifests naming files outside, a linked
+    checkpoint). After grading: no byte of the root-only file or of the hidden suite's
+    source in what the student sees (results/), the file the run names unchanged, the
+    process outside the run alive and unsignalled, the submission charged (never 100),
+    and no process of the run users left."""
+    import contextlib
+    import hashlib
+    import secrets
+    import time
+
+    import psutil
+
+    if no_unshare and contain.why_not_user():
+        pytest.skip(f"no run user here: {contain.why_not_user()}")
+    sub = outside_pytest_tmp / "hostile"
+    sub.mkdir()
+    for p in [*HOSTILE.glob("left_*.py"), HOSTILE / "_common.py"]:
+        shutil.copy(p, sub / p.name)
+    shutil.copy(HOSTILE / "left_class" / "main.py", sub / "main.py")
+    secret = f"ROOT-{secrets.token_hex(8)}"
+    root_file = Path("/root") / f"capstone-box-canary-{secrets.token_hex(6)}"
+    named = outside_pytest_tmp / "named.txt"
+    log = outside_pytest_tmp / "canary.log"
+    canary = subprocess.Popen([sys.executable, str(HOSTILE / "_canary.py"), str(log)],
+                              start_new_session=True)
+    try:
+        root_file.write_text("".join(f"{secret} line {n}\n" for n in range(1, 8)))
+        root_file.chmod(0o600)
+        named.write_text(f"{secrets.token_hex(8)}\n")
+        named.chmod(0o600)
+        before = hashlib.sha256(named.read_bytes()).hexdigest()
+        deadline = time.monotonic() + 20
+        while not (log.is_file() and "ready" in log.read_text()) and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)
+        (sub / "targets.json").write_text(json.dumps({
+            "LEFT_ROOT_CANARY": str(root_file), "LEFT_ROOT_FILE": str(root_file),
+            "LEFT_ROOT_CANARY_SHA": hashlib.sha256(root_file.read_bytes()).hexdigest(),
+            "LEFT_CANARY": str(named), "LEFT_CLASSMATE": str(root_file),
+            "LEFT_CLASSMATE_DIR": str(outside_pytest_tmp), "LEFT_FORGED_DIR":
+            str(outside_pytest_tmp), "LEFT_CANARY_PID": str(canary.pid)}))
+        root = outside_pytest_tmp / "root"
+        results, _, _ = rehearse(autograder_zip, sub, root, *GRADESCOPE, no_unshare=no_unshare)
+        suite_lines = [ln for ln in (ROOT / "tests" / "harness" / "run" / "runner.py")
+                       .read_text().splitlines()[:5] if len(ln.strip()) > 12]
+        leaks = {}
+        for top in (root / "results",):
+            for p in top.rglob("*"):
+                if p.is_file() and not p.is_symlink():
+                    data = p.read_bytes()
+                    hits = [s for s in [secret, *suite_lines] if s.encode() in data]
+                    if hits:
+                        leaks[str(p.relative_to(root))] = hits
+        assert leaks == {}, leaks
+        assert hashlib.sha256(named.read_bytes()).hexdigest() == before
+        time.sleep(0.2)
+        assert canary.poll() is None and log.read_text().split() == ["ready"], log.read_text()
+        assert results["score"] < 100, results["score"]
+        left = []  # of this grading (other boxes' runs may be alive beside it: -n 4)
+        for p in psutil.process_iter(["username", "cwd", "cmdline"]):
+            with contextlib.suppress(psutil.Error, TypeError):
+                if p.info["username"] in (contain.RUN_USER, contain.NS_USER) and (
+                        str(outside_pytest_tmp) in (p.info["cwd"] or "")
+                        or str(outside_pytest_tmp) in " ".join(p.info["cmdline"] or [])):
+                    left.append(p.pid)
+        assert left == [], f"processes of the run users left: {left}"
+    finally:
+        canary.kill()
+        canary.wait()
+        root_file.unlink(missing_ok=True)
