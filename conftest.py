@@ -42,6 +42,9 @@ from tests.harness.run.runs import (
     timeline_of,
 )
 
+# the suite's own fixtures that several test modules share
+pytest_plugins = ("tests.containments",)
+
 ROOT = Path(__file__).resolve().parent
 REFERENCE_IMPL = (sys.executable, "-m", "capstone")
 # One OpenMP thread in the suite's own processes (xdist workers inherit it; runs get their own

@@ -25,19 +25,6 @@ BOUND_S = 60.0  # the wall-clock bound; each hostile run is stopped at its limit
 MB = 2**20
 
 
-@pytest.fixture(params=[contain.NAMESPACES, contain.USER])
-def contained(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each containment this machine offers: namespaces, and the run user (forced, as where a
-    Docker grader refuses unshare); skipped, with the reason, where one is not."""
-    if request.param == contain.USER:
-        monkeypatch.setenv(contain.FORCE_VAR, contain.USER)
-        if contain.mode() != contain.USER:
-            pytest.skip(f"no run user here: {contain.why_not_user()}")
-    elif contain.mode() != contain.NAMESPACES:
-        pytest.skip("unshare is not allowed here")
-    return str(request.param)
-
-
 def _cache(tmp_path: Path) -> RunCache:
     return RunCache(tmp_path, BOUND_S, ROOT, 1024 * MB, 64 * MB,
                     Watch(observe=False, contain=True, grace_s=0.5))

@@ -55,19 +55,6 @@ def observer_module(name: str) -> ModuleType:
     return module
 
 
-@pytest.fixture(params=[contain.NAMESPACES, contain.USER])
-def contained(request, monkeypatch):
-    """Each containment this machine offers: namespaces, and the run user (forced, as where a
-    Docker grader refuses unshare); the test is skipped, with the reason, where one is not."""
-    if request.param == contain.USER:
-        monkeypatch.setenv(contain.FORCE_VAR, contain.USER)
-        if contain.mode() != contain.USER:
-            pytest.skip(f"no run user here: {contain.why_not_user()}")
-    elif contain.mode() != contain.NAMESPACES:
-        pytest.skip("unshare is not allowed here")
-    return request.param
-
-
 def hostile(name: str) -> tuple[str, ...]:
     path = HOSTILE / name
     return (str(path),) if name.endswith(".sh") else (sys.executable, str(path))
@@ -335,7 +322,6 @@ def test_state_the_program_froze_itself_is_still_walked(tmp_path):
     [p] = load_observation(tmp_path).processes
     [held] = [m for m in p.memory if "persistent_bytes" in m]
     assert held["same_storage_bytes"] >= 2 * 50_000 * 4, held
-
 
 
 def test_what_the_observer_reads_stays_resizable_by_the_program(tmp_path):
