@@ -20,6 +20,7 @@ from tests.harness.check.checks import Run, unwritten
 from tests.harness.check.exercise_checks import EXIT_USAGE, NOT_IMPLEMENTED
 from tests.harness.check.observed_checks import unseen_ranks
 from tests.harness.diagnose.diagnosis import diagnose
+from tests.harness.diagnose.evidence import Evidence, evidence_of
 from tests.harness.observe.traces import rank_list
 from tests.harness.observe.violations import Violation, summarize
 from tests.harness.platforms import session
@@ -398,6 +399,16 @@ def holds(record_property: Callable[[str, object], None], request: pytest.Fixtur
             record_property("suite_error", f"the picture of {invariant}: {e!r}")
             return None
 
+    def _evidence(runs: list[Run]) -> Evidence | None:
+        """What the test's runs show, for the hints to be weighed against (evidence.py); the
+        suite's own: its errors go to the session's log, and the hints weigh the violations
+        alone."""
+        try:
+            return evidence_of(runs)
+        except Exception as e:  # the suite's error: the check's verdict stands
+            record_property("suite_error", f"the evidence of the runs: {e!r}")
+            return None
+
     def check(violations: list[Violation], what: str, detail: str = "") -> None:
         if violations:
             first = violations[0]
@@ -420,7 +431,7 @@ def holds(record_property: Callable[[str, object], None], request: pytest.Fixtur
             if picture is not None:
                 record_property("picture", json.dumps(picture))
                 detail = f"{as_text(picture)}\n{detail}".rstrip("\n")
-            hints = diagnose(first.invariant, violations)
+            hints = diagnose(first.invariant, violations, evidence=_evidence(runs))
             record_property("first_violation", str(first))
             record_property("reason", f"{what}: {first}")
             if hints:

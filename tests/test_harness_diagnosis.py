@@ -26,7 +26,7 @@ from tests.harness.observe.violations import Violation
 
 def parity(step: int, key: str, expected: float, found: float) -> Violation:
     return Violation("single_process_parity", 0, step, f"{key} {expected!r} (1 rank) within "
-                     "1e-05 rel", found, "4-rank run diverges from 1 rank")
+                     "1e-05 rel", found, "4-rank run diverges from 1 rank", kind=f"parity_{key}")
 
 
 def test_a_loss_that_differs_at_step_1_lists_data_before_broadcast():
@@ -52,16 +52,16 @@ def test_the_ranks_start_singles_out_the_broadcast_or_the_rows():
     """Issue 63, finding 3: where the observer saw a rank get no parameters before its first
     backward, the step-1 loss is the missing broadcast, never the rows; where every rank got
     P elements, the rows; unseen, both are told as consistent."""
-    from tests.harness.check.checks import SYNCED, UNSYNCED
+    from tests.harness.check.checks import PARITY_SYNCED, PARITY_UNSYNCED, SYNCED, UNSYNCED
 
-    def step1(why: str) -> list[Violation]:
+    def step1(why: str, kind: str) -> list[Violation]:
         v = parity(1, "loss", 4.3, 4.1)
-        return [Violation(v.invariant, v.rank, v.step, v.expected, v.found, v.message + why),
-                parity(1, "grad_norm", 0.5, 0.6)]
+        return [Violation(v.invariant, v.rank, v.step, v.expected, v.found, v.message + why,
+                          kind=kind), parity(1, "grad_norm", 0.5, 0.6)]
     assert diagnose("single_process_parity", step1(f"; 1, 2, 3: {UNSYNCED} before the first "
-                                                   "backward")) == [BROADCAST]
+                                                   "backward", PARITY_UNSYNCED)) == [BROADCAST]
     assert diagnose("single_process_parity", step1(f"; every rank {SYNCED} before the "
-                                                   "first backward")) == [ROWS]
+                                                   "first backward", PARITY_SYNCED)) == [ROWS]
 
 
 def test_a_loss_that_matches_at_step_1_and_drifts_after_is_the_update():
@@ -99,7 +99,8 @@ def test_each_gradient_cause_is_told_on_its_signature_and_none_without():
 
 
 def rollback(rank: int) -> Violation:
-    return Violation("rollback", rank, 12, "a rollback event with reason 'nan'", "none")
+    return Violation("rollback", rank, 12, "a rollback event with reason 'nan'", "none",
+                     kind="no_rollback_event")
 
 
 def test_ranks_that_roll_back_differently_decided_on_local_values():
@@ -110,7 +111,8 @@ def test_ranks_that_roll_back_differently_decided_on_local_values():
 
 def test_a_rollback_that_did_not_cure_the_run_says_what_was_seen():
     ended = Violation("rollback", None, 12, "exit code 0 after the rollback",
-                      "exit code 1: rank 0: diverged at step 12, giving up")
+                      "exit code 1: rank 0: diverged at step 12, giving up",
+                      kind="rollback_exit")
     [hint] = diagnose("rollback", [ended], 4)
     assert hint.startswith(NOT_RECOVERED) and "giving up" in hint
 
@@ -130,7 +132,7 @@ def test_gradients_that_accumulate_are_named_before_a_guess_about_moments():
     flat = run({s: 0.5 for s in range(1, 21)})  # no growth: nothing said about accumulation
     assert not _accumulating("byte_exact_resume", flat, run({11: 0.1}), 11, "resumed run")
     moments = Violation("byte_exact_resume", 0, 11, "grad_norm 5.5 (the original run)", 0.6,
-                        "gradients accumulate across steps: ...")
+                        "gradients accumulate across steps: ...", kind="accumulating")
     assert diagnose("byte_exact_resume", [moments])[0] == ACCUMULATE
 
 

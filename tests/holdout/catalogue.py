@@ -86,6 +86,9 @@ HOLDOUTS = (
             wrong=(*DATA, *GRADIENT, "save after the update"), signature=True),
     Holdout("local_loss_logged", "loss of its own batch",
             generic=("the logged loss is not",), wrong=DATA + GRADIENT + GUARD),
+    # issue 73: the ranks synced, on their own rows, but from rank N-1's draw (was told the rows)
+    Holdout("broadcast_from_last_rank", "not the ones the one-rank run draws",
+            wrong=(*DATA, *GRADIENT), signature=True),
     Holdout("skip_instead_of_rollback", "did not roll back",
             generic=("rollback",), wrong=DATA + GRADIENT),
 )

@@ -204,15 +204,16 @@ def adam_verdicts(trail: Trail) -> list[Violation]:
         return []
     expected = (f"Adam's update with β1 <= β2 (best fit: {adam.betas()}, residual "
                 f"{adam.residual:.2g})")
-    found = [(fit, rule, why) for fit, rule, why in (
+    found = [(fit, rule, why, kind) for fit, rule, why, kind in (
         (best_fit(trail, True), "Adam's update", f"{BETAS_SWAPPED}: every sampled update is "
-         "Adam's with β1 = {b1:.5g} > β2 = {b2:.5g}"),
+         "Adam's with β1 = {b1:.5g} > β2 = {b2:.5g}", "adam_betas_swapped"),
         (best_fit(trail, False), "m / (sqrt(v) + eps)", f"{UNCORRECTED}: every sampled update "
          "is the raw moments' ratio m / (sqrt(v) + eps), without dividing m by (1 - β1^t) and "
-         "v by (1 - β2^t)")) if fit.residual <= fits][:1]
+         "v by (1 - β2^t)", "adam_uncorrected")) if fit.residual <= fits][:1]
     return [Violation(INVARIANT, None, None, expected,
                       f"{rule} with betas {fit.betas()} (residual {fit.residual:.1g})",
-                      why.format(b1=fit.beta1, b2=fit.beta2)) for fit, rule, why in found]
+                      why.format(b1=fit.beta1, b2=fit.beta2), kind=kind)
+            for fit, rule, why, kind in found]
 
 
 def check_adam(run: Run) -> list[Violation]:

@@ -56,7 +56,7 @@ def unwritten(run: Run) -> list[int]:
 
 
 def _relabel(invariant: str, problems: list[Violation]) -> list[Violation]:
-    return [Violation(invariant, p.rank, p.step, p.expected, p.found, p.message)
+    return [Violation(invariant, p.rank, p.step, p.expected, p.found, p.message, kind=p.kind)
             for p in problems]
 
 
@@ -99,7 +99,8 @@ def check_monotonic_loss(run: Run) -> list[Violation]:
             other = recs.get(rank, {}).get(s)
             if other is not None and other["loss"] != r0[s]["loss"]:
                 out.append(Violation(inv, rank, s, f"rank 0's loss {r0[s]['loss']!r}",
-                                     other["loss"], "every rank must log the same global loss"))
+                                     other["loss"], "every rank must log the same global loss",
+                                     kind="loss_differs_across_ranks"))
         prev = r0.get(s - 1)
         if prev is not None and s > 1 and is_finite(prev.get("loss")):
             limit = prev["loss"] + LOSS_RISE_RTOL * abs(prev["loss"])
@@ -107,7 +108,7 @@ def check_monotonic_loss(run: Run) -> list[Violation]:
                 out.append(Violation(inv, 0, s, f"loss <= {limit!r} (step {s - 1}: "
                                      f"{prev['loss']!r} + 1e-6 rel; up to "
                                      f"{OVERSHOOT_RTOL:.0%} only if step {s + 1} falls "
-                                     "below it)", r0[s]["loss"]))
+                                     "below it)", r0[s]["loss"], kind="loss_rises"))
     return out
 
 
@@ -123,7 +124,8 @@ def check_equal_norms(run: Run) -> list[Violation]:
             rec = recs.get(rank, {}).get(s)
             if rec is not None and rec["param_norm"] != ref["param_norm"]:
                 out.append(Violation(inv, rank, s, f"rank 0's norm {ref['param_norm']!r}",
-                                     rec["param_norm"], "ranks hold different parameters"))
+                                     rec["param_norm"], "ranks hold different parameters",
+                                     kind="params_differ"))
     return out
 
 
@@ -143,17 +145,35 @@ def _loaded(data: bytes) -> tuple[dict[str, Any] | None, str | None]:
     return obj, None
 
 
+def _whose_step(norm: float, logged: dict[int, dict[str, Any]], step: int) -> int | None:
+    """The step before or after `step` whose logged parameter norm the checkpointed masters'
+    norm is (before first), or None where neither."""
+    for other in (step - 1, step + 1):
+        rec = logged.get(other)
+        if rec is not None and is_finite(rec.get("param_norm")) and \
+                math.isclose(norm, rec["param_norm"], rel_tol=MASTER_NORM_RTOL):
+            return other
+    return None
+
+
 def _whose_norm(norm: float, logged: dict[int, dict[str, Any]], step: int) -> str:
     """Which step's logged parameter norm the checkpointed masters' norm is, where it is the
     one before or after `step`: saved before the step's update, or the model's parameters a
     step behind the masters (gathered before the update). '' where neither."""
-    for other, said in ((step - 1, "before the step's update"),
-                        (step + 1, "a step ahead of the parameters the model ran")):
-        rec = logged.get(other)
-        if rec is not None and is_finite(rec.get("param_norm")) and \
-                math.isclose(norm, rec["param_norm"], rel_tol=MASTER_NORM_RTOL):
-            return f" (their norm is the one logged at step {other}: {said})"
-    return ""
+    other = _whose_step(norm, logged, step)
+    if other is None:
+        return ""
+    said = ("before the step's update" if other < step else
+            "a step ahead of the parameters the model ran")
+    return f" (their norm is the one logged at step {other}: {said})"
+
+
+def _master_kind(norm: float, logged: dict[int, dict[str, Any]], step: int) -> str:
+    """The kind of a stale-master finding: saved before the update, gathered early, or
+    neither (what diagnosis reads)."""
+    other = _whose_step(norm, logged, step)
+    return "master_stale" if other is None else (
+        "master_before_update" if other < step else "master_step_ahead")
 
 
 def check_zero_memory(run: Run) -> list[Violation]:
@@ -173,7 +193,8 @@ def check_zero_memory(run: Run) -> list[Violation]:
         for s, rec in sorted(recs.get(rank, {}).items()):
             if rec["optimizer_bytes"] != want:
                 out.append(Violation(inv, rank, s, f"12*ceil(P/N) = {want} bytes",
-                                     rec["optimizer_bytes"], f"P={P}, N={run.world_size}"))
+                                     rec["optimizer_bytes"], f"P={P}, N={run.world_size}",
+                                     kind="optimizer_bytes"))
     for step, ck in sorted(run.parsed.checkpoints.items()):
         m = ck.manifest
         if not isinstance(m, dict) or not isinstance(m.get("shards"), list):
@@ -203,7 +224,8 @@ def check_zero_memory(run: Run) -> list[Violation]:
             if not math.isclose(norm, logged["param_norm"], rel_tol=MASTER_NORM_RTOL):
                 out.append(Violation(inv, None, step, f"logged param_norm {logged['param_norm']!r}",
                                      norm, "checkpointed masters are stale or partial"
-                                     + _whose_norm(norm, recs.get(0, {}), step)))
+                                     + _whose_norm(norm, recs.get(0, {}), step),
+                                     kind=_master_kind(norm, recs.get(0, {}), step)))
     return out
 
 
@@ -242,7 +264,8 @@ def check_checkpoint_files(run: Run, steps: list[int], inv: str = "byte_exact_re
         ck = run.parsed.checkpoints.get(step)
         if ck is None or not isinstance(ck.manifest, dict):
             out.append(Violation(inv, None, step, f"checkpoints/step-{step:06d}/manifest.json",
-                                 "missing or invalid", f"run: {run.outcome.reason()}"))
+                                 "missing or invalid", f"run: {run.outcome.reason()}",
+                                 kind="checkpoint_missing"))
             continue
         listed = ck.manifest.get("shards")
         if not isinstance(listed, list) or len(listed) != run.world_size:
@@ -262,7 +285,8 @@ def check_checkpoint_files(run: Run, steps: list[int], inv: str = "byte_exact_re
             digest = hashlib.sha256(data).hexdigest()
             if digest != entry.get("sha256"):
                 out.append(Violation(inv, entry.get("rank"), step, f"sha256 {entry.get('sha256')}",
-                                     digest, f"{entry['file']} does not match its manifest"))
+                                     digest, f"{entry['file']} does not match its manifest",
+                                     kind="manifest_mismatch"))
             obj, err = _loaded(data)
             if obj is None:
                 out.append(Violation(inv, entry.get("rank"), step, "weights_only load", err))
@@ -276,14 +300,15 @@ def _same_trajectory(inv: str, a: Run, b: Run, steps: range, what: str) -> list[
         for s in steps:
             if s not in rb:
                 out.append(Violation(inv, rank, s, f"a record in the {what}", "none",
-                                     f"{what}: {b.outcome.reason()}"))
+                                     f"{what}: {b.outcome.reason()}", kind="record_missing"))
                 break
             if s not in ra:
                 continue
             for key in COMPARED:
                 if ra[s].get(key) != rb[s].get(key):
                     out.append(Violation(inv, rank, s, f"{key} {ra[s].get(key)!r}",
-                                         rb[s].get(key), f"{what} is not bit-identical"))
+                                         rb[s].get(key), f"{what} is not bit-identical",
+                                         kind=f"not_bit_identical:{key}"))
     return out
 
 
@@ -301,7 +326,7 @@ def _same_final_shards(inv: str, a: Run, b: Run, step: int, what: str) -> list[V
         return []  # reported against the reference run by check_checkpoint_files
     sha_a, sha_b = _shard_hashes(ca.manifest), _shard_hashes(cb.manifest)
     return [Violation(inv, r, step, f"sha256 {sha_a[r]}", sha_b.get(r),
-                      f"{what}'s step-{step} shard differs")
+                      f"{what}'s step-{step} shard differs", kind="final_shard_differs")
             for r in sorted(k for k in sha_a if isinstance(k, int)) if sha_a[r] != sha_b.get(r)]
 
 
@@ -332,7 +357,8 @@ def _accumulating(inv: str, base: Run, other: Run, restart: int, what: str
                       f"gradients accumulate across steps: the original run's gradient norm "
                       f"grows step after step ({before[0]:.3g} at step 1, {before[-1]:.3g} at "
                       f"step {restart - 1}) and the {what}'s first is "
-                      f"{a[restart] / max(b[restart], 1e-30):.1f}x smaller")]
+                      f"{a[restart] / max(b[restart], 1e-30):.1f}x smaller",
+                      kind="accumulating")]
 
 
 MOMENTS_RESTARTED = 0.75  # exp_avg_sq's norm below this fraction of the original run's
@@ -359,7 +385,7 @@ def _optimizer_state(inv: str, a: Run, b: Run, step: int, what: str) -> list[Vio
             out.append(Violation(inv, r, step, f"Adam's step count {sa['step']} (the original "
                                  "run's)", sb["step"], f"the {what}'s optimizer counts "
                                  f"{sb['step']} steps at step {step}: its step count was not "
-                                 "carried over the resume"))
+                                 "carried over the resume", kind="step_count_differs"))
             continue
         va, vb = sa.get("exp_avg_sq"), sb.get("exp_avg_sq")
         if isinstance(va, np.ndarray) and isinstance(vb, np.ndarray) and va.shape == vb.shape:
@@ -367,12 +393,14 @@ def _optimizer_state(inv: str, a: Run, b: Run, step: int, what: str) -> list[Vio
             if na == 0:  # after `step` steps of nonzero gradients, never: they were not saved
                 out.append(Violation(inv, r, step, "the moments of its steps", "zeros",
                                      f"the original run's step-{step} shard holds exp_avg_sq "
-                                     "of zeros: its moments were not saved"))
+                                     "of zeros: its moments were not saved",
+                                     kind="moments_not_saved"))
             elif nb < MOMENTS_RESTARTED * na:
                 out.append(Violation(inv, r, step, f"exp_avg_sq norm {na:.4g} (the original "
                                      "run's)", round(nb, 6), f"the {what}'s exp_avg_sq is "
                                      f"{nb / na:.2f}x the original's at step {step}: its "
-                                     "moments started again from zero at the resume"))
+                                     "moments started again from zero at the resume",
+                                     kind="moments_restarted"))
     return out
 
 
@@ -403,28 +431,31 @@ def check_clean_exit(run: Run) -> list[Violation]:
     last = {r: max(run.parsed.records.get(r, {}) or [-1]) for r in range(run.world_size)}
     if o.limit:  # a bound on the host (bounds.py) stopped it: its sentence, word for word
         out.append(Violation(inv, None, None, "a run within the limits of the host",
-                             "still running at a limit", o.limit))
+                             "still running at a limit", o.limit, kind="host_limit"))
     elif o.deadlock_s is not None:
         out.append(Violation(inv, None, None, "every rank to make progress",
                              f"deadlock: {o.blocked}",
                              f"every rank sat {o.deadlock_s:.1f}s in an unfinished collective; "
-                             "the run was stopped then"))
+                             "the run was stopped then", kind="deadlock"))
     elif o.timed_out:
         unfinished = ", ".join(f"rank {r} at step {s}" if s >= 0 else f"rank {r} logged nothing"
                                for r, s in last.items() if s < run.steps) or "none"
         out.append(Violation(inv, None, None, f"exit within {o.wall_s:.0f}s",
                              "still running at the bound",
                              f"{len(o.alive_at_bound)} processes alive; unfinished: {unfinished}"
-                             + (f"; {o.blocked}" if o.blocked else "")))
+                             + (f"; {o.blocked}" if o.blocked else ""), kind="hung"))
     elif o.returncode != 0:
-        out.append(Violation(inv, None, None, "exit code 0", o.returncode, o.reason()))
+        out.append(Violation(inv, None, None, "exit code 0", o.returncode, o.reason(),
+                             kind="exit_code"))
     for r, s in last.items():
         if s < run.steps:
             out.append(Violation(inv, r, s if s >= 0 else None, f"step {run.steps} logged",
-                                 f"last step {s}" if s >= 0 else "nothing logged"))
+                                 f"last step {s}" if s >= 0 else "nothing logged",
+                                 kind="rank_unfinished" if s >= 0 else "nothing_logged"))
     if o.survivors:
         out.append(Violation(inv, None, None, "no process left after exit",
-                             f"{len(o.survivors)} left", "killed by the suite"))
+                             f"{len(o.survivors)} left", "killed by the suite",
+                             kind="left_behind"))
     return out + _relabel(inv, run.parsed.problems)  # how it ended comes first
 
 
@@ -474,24 +505,28 @@ def check_parity(base: Run, single: Run) -> list[Violation]:
     for s, key, x, y in parted_steps(base, single, PARITY):
         if key is None:
             out.append(Violation(inv, 0, s, "both runs log the step", "missing in " + (
-                "the N-rank run" if x == "run" else "the 1-rank run")))
+                "the N-rank run" if x == "run" else "the 1-rank run"), kind="parity_missing"))
             continue
-        why = f"{base.world_size}-rank run diverges from 1 rank"
+        why, kind = f"{base.world_size}-rank run diverges from 1 rank", f"parity_{key}"
         if s == 1 and key == "loss":  # what the ranks held when step 1 began, where seen
             unsynced = unsynced_ranks(base)
             if unsynced:
                 why += (f"; {', '.join(map(str, unsynced))}: {UNSYNCED} before "
                         "the first backward")
+                kind = PARITY_UNSYNCED
             elif unsynced == []:
                 why += f"; every rank {SYNCED} before the first backward"
+                kind = PARITY_SYNCED
         out.append(Violation(inv, 0, s, f"{key} {y!r} (1 rank) within {PARITY[key]:g} rel",
-                             x, why))
+                             x, why, kind=kind))
     return out
 
 
-# What the step-1 parity violation says of the ranks' start (diagnosis reads it)
+# What the step-1 parity violation says of the ranks' start (its words; diagnosis reads
+# its kind)
 UNSYNCED = "received no parameters by a collective"
 SYNCED = "received P elements by collectives"
+PARITY_UNSYNCED, PARITY_SYNCED = "parity_loss_unsynced", "parity_loss_synced"
 
 
 LATE_GUARD = "the rollback before step"  # how noticed_in_time's violations begin (expected)
@@ -518,7 +553,7 @@ def noticed_in_time(faulted: Run, kind: str, step: int) -> list[Violation]:
                f"rollback, though the spike of step {step} showed in step {step + 1}'s loss: "
                "compare each step's loss with the previous step's before its update")
         out.append(Violation("rollback", rank, last, f"{LATE_GUARD} {kept_at}'s update is kept",
-                             f"step {last} logged first", why))
+                             f"step {last} logged first", why, kind="late_guard"))
     return out
 
 
@@ -531,13 +566,15 @@ def check_rollback(clean: Run, faulted: Run, kind: str, step: int) -> list[Viola
                    default=0)
         out.append(Violation(inv, None, step, "exit code 0 after the rollback",
                              faulted.outcome.reason(), f"it stopped at step {last}, before "
-                             "the fault" if last < step else ""))
+                             "the fault" if last < step else "",
+                             kind="stopped_before_fault" if last < step else "rollback_exit"))
     for rank in range(faulted.world_size):
         events = [e for e in faulted.parsed.events.get(rank, [])
                   if e.get("event") == "rollback"]
         if not any(e.get("reason") == kind for e in events):
             out.append(Violation(inv, rank, step, f"a rollback event with reason {kind!r}",
-                                 [e.get("reason") for e in events] or "none"))
+                                 [e.get("reason") for e in events] or "none",
+                                 kind="no_rollback_event"))
     out += noticed_in_time(faulted, kind, step)
     what = f"run with {kind}@{step}"
     parted = _same_trajectory(inv, clean, faulted, range(1, clean.steps + 1), what)

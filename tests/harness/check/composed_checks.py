@@ -135,5 +135,6 @@ def told_by_the_groups(tp: Run, t: int, found: list[Violation], what: str
         return found
     return [Violation(INV, None, None, what, "not checked",
                       f"not checked: the {tp.name} run's data-parallel groups already hold "
-                      "different parameters (the composed run's norms say so)")]
+                      "different parameters (the composed run's norms say so)",
+                      kind="not_checked")]
 

@@ -58,11 +58,12 @@ def check_nemesis(run: Run, step: int, rank: int, kind: str = "nan") -> list[Vio
         return [Violation(INV, rank, step, f"the suite's {fault}", "taken",
                           f"rank {rank} reached step {reached}, but another process of the "
                           "run had asked the suite's fault plan for that moment in its place "
-                          f"(the plan answers once): {PLAN_HINT}")]
+                          f"(the plan answers once): {PLAN_HINT}", kind="plan_taken")]
     stopped = not o.finished()
     return [Violation(INV, rank, step, f"the suite's {fault}", "never made",
                       ("not checked: " if stopped else "") + f"rank {rank} {where} (it "
-                      f"reached step {reached}; {o.reason()[:300]})")]
+                      f"reached step {reached}; {o.reason()[:300]})",
+                      kind="not_checked" if stopped else "fault_never_made")]
 
 
 def _non_finite(p: ProcessTrace) -> bool:
@@ -159,10 +160,11 @@ def check_fault_took_effect(run: Run, kind: str, step: int) -> list[Violation]:
         if not o.finished():
             return [Violation(INV, None, step, f"the {kind}@{step} run to reach its fault",
                               "not checked", f"not checked: the {kind}@{step} run did not "
-                              f"finish ({o.reason()[:300]})")]
+                              f"finish ({o.reason()[:300]})", kind="not_checked")]
         return [Violation(INV, None, step, f"a rollback with reason {kind!r} after the "
                           f"{kind}@{step} fault", "none", "the guard never fired, so it was "
-                          f"never seen to meet the fault ({o.reason()})")]
+                          f"never seen to meet the fault ({o.reason()})",
+                          kind="guard_never_fired")]
     ranks = obs.trainers().values()
     seen = any(_non_finite(p) for p in ranks) if kind == "nan" else \
         any(_spiked(p) for p in ranks)
@@ -176,7 +178,7 @@ def check_fault_took_effect(run: Run, kind: str, step: int) -> list[Violation]:
             else "no loss or reduced number of any rank rose above twice the step before's")
     return [Violation(INV, None, at, f"the {kind}@{step} fault in the ranks' numbers",
                       "none", f"rollback logged at step {at}, but {what} ({there}): "
-                      f"{FLAG_HINT}")]
+                      f"{FLAG_HINT}", kind="read_flag")]
 
 
 KILL_HINT = ("end the run when a rank dies: mp.spawn and torchrun end the other ranks; "
@@ -204,19 +206,20 @@ def check_killed(run: Run, kind: str, step: int, rank: int) -> list[Violation]:
         bound = o.after_kill_s or PROMPT_S  # (runs.kill_bound: the program's own speed)
         out.append(Violation(INV, None, step, f"the run to end within {bound:.0f}s of {what}",
                              f"{after:.0f}s", f"the other ranks waited {after:.0f}s for a dead "
-                             f"peer ({o.reason()}): {KILL_HINT}"))
+                             f"peer ({o.reason()}): {KILL_HINT}", kind="waited_for_dead_peer"))
     elif o.returncode == 0:
         out.append(Violation(INV, None, step, f"a non-zero exit after {what}", "exit code 0",
                              f"exit 0 although rank {rank} was killed: the launcher must exit "
-                             "non-zero when a rank fails"))
+                             "non-zero when a rank fails", kind="exit_0_after_kill"))
     if o.survivors:
         out.append(Violation(INV, None, step, f"no process left after {what}",
-                             f"{len(o.survivors)} left", KILL_HINT))
+                             f"{len(o.survivors)} left", KILL_HINT, kind="left_after_kill"))
     for s, ck in sorted(run.parsed.checkpoints.items()):
         for v in check_checkpoint_files(run, [s], INV):
             out.append(Violation(INV, v.rank, s, v.expected, v.found,
                                  f"checkpoints/{ck.path.name} was published incomplete after "
-                                 f"{what} ({v.message or v.found}): {ATOMIC_HINT}"))
+                                 f"{what} ({v.message or v.found}): {ATOMIC_HINT}",
+                                 kind="published_incomplete"))
     return out
 
 

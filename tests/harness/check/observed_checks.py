@@ -105,12 +105,12 @@ def check_genuine_ranks(run: Run) -> list[Violation]:
         else:  # it ended (or hung) before: no_deadlock says how
             why = f"{ran} before the run ended: {run.outcome.reason()}"
         return [Violation(INV, None, None, f"{n} processes in one process group",
-                          "no process group", why)]
+                          "no process group", why, kind="one_process")]
     if all(p.size == 1 for p in joined):
         return [Violation(INV, None, None, f"{n} processes in one process group",
                           f"{len(joined)} process(es) in group(s) of 1",
                           "the ranks were never started: did one process train on the whole "
-                          "batch and write every rank's files?")]
+                          "batch and write every rank's files?", kind="one_process")]
     for p in joined:
         if p.size != n:
             out.append(Violation(INV, p.rank, None, f"a process group of size {n}",
@@ -157,7 +157,8 @@ def check_same_sequence(run: Run) -> list[Violation]:
         odd = min(r for r, c in calls.items()
                   if c is None or first is None or c.signature() != first.signature())
         return [*out, Violation(INV, odd, None, f"collective #{k + 1} the same on every rank",
-                                "different calls", "; ".join(parts))]
+                                "different calls", "; ".join(parts),
+                                kind="different_calls")]
     return out
 
 
@@ -310,7 +311,8 @@ def check_zero_traffic(run: Run) -> list[Violation]:
             out.append(Violation(INV, r, None,
                                  f"<= 2(N-1)/N·P = {2 * (n - 1) / n * P:,.0f} elements sent "
                                  "per step", f"{total:,.0f}",
-                                 f"{why}; per step: {breakdown} (P = {P:,}: {source})"))
+                                 f"{why}; per step: {breakdown} (P = {P:,}: {source})",
+                                 kind="too_much_traffic"))
     return out
 
 
@@ -370,5 +372,6 @@ def check_measured_memory(runs: dict[int, Run]) -> list[Violation]:
             + ", ".join(f"N={n}: {b:,}" for n, b in sorted(measured.items()))
             + "; logged optimizer_bytes "
             + ", ".join(f"N={n}: {v}" for n, v in sorted(logged.items()))
-            + ": some of master/exp_avg/exp_avg_sq is kept whole on every rank"))
+            + ": some of master/exp_avg/exp_avg_sq is kept whole on every rank",
+            kind="kept_whole"))
     return out

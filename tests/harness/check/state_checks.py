@@ -107,7 +107,8 @@ def check_state_location(runs: dict[int, Run]) -> list[Violation]:
                 f"(N = 1: {base.total:,})",
                 f"{max(h.total for h in whole.values()):,} elements",
                 f"{name} is held in a storage of {size:,} elements on "
-                f"{_ranks(sorted(whole), n)} (N = {n}); ZeRO-1 keeps {keeps}: {WHOLE_HINT}"))
+                f"{_ranks(sorted(whole), n)} (N = {n}); ZeRO-1 keeps {keeps}: {WHOLE_HINT}",
+                kind="held_whole"))
     return out
 
 

@@ -74,10 +74,11 @@ def check_group_norms(tp: Run, t: int) -> list[Violation]:
     return out
 
 
-def _loss_why(tp: Run, single: Run, t: int, batch_size: int, step: int) -> str:
+def _loss_why(tp: Run, single: Run, t: int, batch_size: int, step: int) -> tuple[str, str]:
     """Why the loss parts from the one-rank run's, from the other checks' evidence: what
     they found, or (heads, rows and all-reduces right, the loss off from step 1) a
-    replicated parameter counted once per rank of the group."""
+    replicated parameter counted once per rank of the group; and the finding's kind (a
+    pointer to other checks is told after them)."""
     failed = [name for name, found in (
         ("the heads each rank holds", check_heads(tp, single, t)),
         ("the all-reduces", check_tp_traffic(tp, t, batch_size)),
@@ -85,15 +86,16 @@ def _loss_why(tp: Run, single: Run, t: int, batch_size: int, step: int) -> str:
         ("the parameters of each data-parallel group", check_group_norms(tp, t))) if found]
     if failed:
         return (f"the {tp.world_size}-rank run with --tensor-parallel {t} does not compute "
-                f"the one-rank model: see the checks of {' and '.join(failed)}")
+                f"the one-rank model: see the checks of {' and '.join(failed)}",
+                "tp_loss_see_checks")
     if tp.observed is None or step != 1:
         return (f"the {tp.world_size}-rank run with --tensor-parallel {t} parts from the "
-                f"one-rank model at step {step}")
+                f"one-rank model at step {step}", "tp_loss")
     return ("the heads, the rows and the all-reduces are right, yet step 1's loss is not "
             "the one-rank loss: a replicated parameter is counted once per rank of the "
             "group, most often the output projection's bias added on every rank of the "
             "group before the all-reduce (the sum counts it T times): add it once, after "
-            "the all-reduce")
+            "the all-reduce", "tp_loss_replicated_parameter")
 
 
 def check_tp_loss(tp: Run, single: Run, t: int, batch_size: int) -> list[Violation]:
@@ -107,9 +109,9 @@ def check_tp_loss(tp: Run, single: Run, t: int, batch_size: int) -> list[Violati
             out.append(Violation(INV, 0, s, "both runs log the step", "missing in the "
                                  + ("tensor-parallel run" if x == "run" else "one-rank run")))
         else:
+            why, kind = _loss_why(tp, single, t, batch_size, s)
             out.append(Violation(INV, 0, s, f"loss {y!r} (one rank, the same rows) within "
-                                 f"{PARITY_LOSS_RTOL:g} rel", x,
-                                 _loss_why(tp, single, t, batch_size, s)))
+                                 f"{PARITY_LOSS_RTOL:g} rel", x, why, kind=kind))
         break
     return out
 

@@ -80,7 +80,7 @@ def check_data_parallel(run: Run, batch_size: int) -> list[Violation]:
         else:
             why = f"rank {r} computed on {rows:g} rows, fewer than its {batch_size}"
         out.append(Violation(INV, r, s, f"{batch_size} rows ({want} tokens) per step",
-                             f"{rows:g} rows ({tokens} tokens)", why))
+                             f"{rows:g} rows ({tokens} tokens)", why, kind="rows"))
     return out
 
 
@@ -120,5 +120,6 @@ def check_reduced(run: Run) -> list[Violation]:
                    + (f" ({seen})" if seen else "") + f"; P = {P:,}: {source}")
         out.append(Violation(INV, r, None,
                              f">= (N-1)/N·P = {need:,.0f} gradient elements reduced per step",
-                             f"{total:,.0f}", why))
+                             f"{total:,.0f}", why, kind="never_reduced"
+                             if total <= own_slice * (1 + REDUCE_SLACK) else "partly_reduced"))
     return out

@@ -14,6 +14,9 @@ class Violation:
     expected: Any
     found: Any
     message: str = ""
+    # What the finding is, for the diagnosis to read (never its words): "" where no
+    # diagnosis reads it
+    kind: str = ""
 
     def where(self) -> str:
         parts = []
