@@ -45,7 +45,8 @@ def check_nemesis(run: Run, step: int, rank: int, kind: str = "nan") -> list[Vio
     if obs is None:
         return problems
     p = obs.trainers().get(rank)
-    if p is not None and p.nemesis is not None:
+    # (a nemesis record is the rank's process's to write: it counts where the plan answered)
+    if p is not None and p.nemesis is not None and run.outcome.plan_fired:
         return []
     reached = max((s for s, _ in p.losses), default=0) if p else 0
     fault = {"nan": f"NaN in rank {rank}'s gradients of step {step}",
