@@ -94,6 +94,10 @@ def test_the_suites_own_nan_is_confirmed_where_it_was_drawn():
     run = _run("nan", 5, CLEAN)
     assert check_nemesis(run, 5, 2)  # never made: no nemesis record on rank 2
     run.observed.processes[2].nemesis = {"kind": "nan", "step": 5, "rank": 2}
+    # a record alone is the rank's word (its process writes its trace): not where the
+    # suite's plan never answered
+    assert check_nemesis(run, 5, 2)
+    run.outcome.plan_fired = True
     assert check_nemesis(run, 5, 2) == []
     [v] = check_nemesis(_run("nan", 5, CLEAN[:3]), 5, 1)
     assert "it reached step 3" in v.message and v.found == "never made"
