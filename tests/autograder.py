@@ -43,7 +43,7 @@ RUNS_PER_SESSION = 8  # distinct runs a grading session asks for (tests/harness/
 SUITE_PACKAGES = ("torch", "numpy", "pytest", "pytest-timeout", "pytest-xdist", "hypothesis",
                   "filelock", "psutil")
 SUITE_FILES = ("conftest.py", "pyproject.toml", "constraints.txt", "tests/__init__.py",
-               "tests/options.py", "tests/profiles.py",
+               "tests/options.py", "tests/profiles.py", "tests/containments.py",
                "tests/autograder.py", "tests/harness/**/*.py", "tests/observer/*.py")
 REFERENCE_FILES = ("capstone/*.py",)  # shipped where the class builds on the reference
 
