@@ -42,7 +42,7 @@ from typing import Any, BinaryIO
 import psutil
 
 from tests.harness.observe import crash
-from tests.harness.observe.boundary import Entry, RunFolder, replace_own
+from tests.harness.observe.boundary import Refused, RunFolder, replace_own
 from tests.harness.observe.traces import (
     OBSERVER_DIR,
     ObservationReader,
@@ -366,24 +366,25 @@ def _signal_stacks(pids: list[int], leader: int, observe_dir: Path, token: str,
     for pid, host in _of_this_run(pids, leader, token, uid).items():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(host, signal.SIGUSR1)
-            asked.append(f"{observe_dir.name}/stack-{pid}.txt")
+            asked.append(f"stack-{pid}.txt")
     folder = RunFolder(observe_dir.parent)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if all(e.kind == "file" and e.size for e in _entries(folder, asked)):
+        if _dumped(folder, observe_dir.name, asked):
             time.sleep(0.02)  # the last lines of a dump
             return
         time.sleep(0.02)
 
 
-def _entries(folder: RunFolder, rels: list[str]) -> list[Entry]:
-    """The entries `rels` name, as they are (a missing one as an empty "missing" entry)."""
-    found = []
-    for rel in rels:
-        kind = folder.kind(rel)
-        size = folder.tail(rel, 1) if kind == "file" else b""
-        found.append(Entry(rel, kind, len(size)))
-    return found
+def _dumped(folder: RunFolder, directory: str, names: list[str]) -> bool:
+    """Whether each of `names` is a non-empty regular file in the run's `directory`: one
+    listing through the boundary per look (no file opened, no link followed)."""
+    try:
+        have = {e.name: e for e in folder.entries(directory)}
+    except Refused:
+        return False
+    return all((e := have.get(n)) is not None and e.kind == "file" and e.size > 0
+               for n in names)
 
 
 def _of_this_run(pids: list[int], leader: int, token: str, uid: int | None
